@@ -1,0 +1,1 @@
+"""CLI command groups; see main.py for how they are discovered."""

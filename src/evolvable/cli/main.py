@@ -1,0 +1,58 @@
+"""The `evolvable` command. Each module in this package registers its own commands.
+
+A module defines `register(app: typer.Typer) -> None`; this file finds them, so
+adding a command group never touches this file. Heavy imports (torch,
+transformers) stay inside the commands so `evolvable --help` is instant.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+import typer
+
+import evolvable
+
+app = typer.Typer(
+    name="evolvable",
+    help="Evolvable: record agent trajectories, govern them, and evolve agents from their own traffic.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback(invoke_without_command=True)
+def _root(version: bool = typer.Option(False, "--version", help="Print the version and exit.")) -> None:
+    if version:
+        typer.echo(evolvable.__version__)
+        raise typer.Exit()
+
+
+def _register_all() -> None:
+    import evolvable.cli as pkg
+
+    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
+        if info.name.startswith("_") or info.name == "main":
+            continue
+        module = importlib.import_module(f"evolvable.cli.{info.name}")
+        register = getattr(module, "register", None)
+        if register is not None:
+            register(app)
+
+
+_register_all()
+
+
+def main() -> None:
+    """Entry point: known errors become a message and exit code 2, never a traceback."""
+    from evolvable.errors import EvolvableError
+
+    try:
+        app()
+    except EvolvableError as err:
+        from rich.console import Console
+
+        Console(stderr=True).print(f"[bold red]error:[/] {err}", highlight=False)
+        raise SystemExit(2) from None

@@ -1,0 +1,112 @@
+"""The harness: everything about an agent that can evolve without touching weights.
+
+System prompt, skills, memory exemplars and tool descriptions are data, each a
+separately diffable component. The control plane versions them, the proxy
+applies them to live requests, and agents may fetch and apply them themselves;
+both paths call `render_messages`, so they cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+from pydantic import Field
+
+from evolvable.protocol.models import ChatMessage, StrictModel
+
+
+class Skill(StrictModel):
+    name: str
+    description: str = ""
+    instructions: str
+    applies_to: list[str] = Field(default_factory=list, description="Task clusters or intents; empty means all.")
+
+
+class MemoryExemplar(StrictModel):
+    """A successful past run, shown to the model as a worked example."""
+
+    id: str
+    cluster: str | None = None
+    task_input: str
+    messages: list[ChatMessage] = Field(description="The user/assistant turns to replay as a few-shot example.")
+    reward: float | None = None
+    source_trajectory_id: str | None = None
+
+
+class ToolSpec(StrictModel):
+    name: str
+    description: str
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
+class Harness(StrictModel):
+    agent: str
+    system_prompt: str = ""
+    skills: list[Skill] = Field(default_factory=list)
+    memory: list[MemoryExemplar] = Field(default_factory=list)
+    tools: list[ToolSpec] = Field(default_factory=list)
+    memory_k: int = Field(2, ge=0, description="How many exemplars are retrieved into each request.")
+    render_tools_in_prompt: bool = Field(
+        True, description="Describe tools in the system prompt (small models) rather than only in `tools`."
+    )
+
+    def content_hash(self) -> str:
+        """Content address of the harness: equal content, equal version id."""
+        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return "h1-" + hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+    def tool(self, name: str) -> ToolSpec | None:
+        return next((t for t in self.tools if t.name == name), None)
+
+
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def _words(text: str) -> set[str]:
+    return set(_WORD.findall(text.lower()))
+
+
+def retrieve_memory(harness: Harness, task_text: str, cluster: str | None = None) -> list[MemoryExemplar]:
+    """The k exemplars most similar to the task: same cluster first, then word overlap (Jaccard)."""
+    if harness.memory_k == 0 or not harness.memory:
+        return []
+    words = _words(task_text)
+
+    def score(ex: MemoryExemplar) -> tuple[int, float]:
+        other = _words(ex.task_input)
+        jac = len(words & other) / max(1, len(words | other))
+        return (1 if cluster is not None and ex.cluster == cluster else 0, jac)
+
+    return sorted(harness.memory, key=score, reverse=True)[: harness.memory_k]
+
+
+def render_system_prompt(harness: Harness, cluster: str | None = None) -> str:
+    parts = [harness.system_prompt.strip()] if harness.system_prompt.strip() else []
+    if harness.render_tools_in_prompt and harness.tools:
+        lines = ["Tools:"]
+        for t in harness.tools:
+            props = t.parameters.get("properties", {}) if isinstance(t.parameters, dict) else {}
+            args = ", ".join(props) if props else ""
+            lines.append(f"- {t.name}({args}): {t.description}")
+        parts.append("\n".join(lines))
+    skills = [s for s in harness.skills if not s.applies_to or cluster is None or cluster in s.applies_to]
+    if skills:
+        parts.append("Skills:\n" + "\n".join(f"- {s.name}: {s.instructions}" for s in skills))
+    return "\n\n".join(parts)
+
+
+def render_messages(
+    harness: Harness, conversation: list[ChatMessage], task_text: str | None = None, cluster: str | None = None
+) -> list[ChatMessage]:
+    """Apply the harness to a conversation: one system message, retrieved exemplars, then the
+    conversation without its own system messages (the harness owns the system prompt)."""
+    if task_text is None:
+        task_text = next((m.text() for m in conversation if m.role == "user"), "")
+    out = [ChatMessage(role="system", content=render_system_prompt(harness, cluster))]
+    for ex in retrieve_memory(harness, task_text, cluster):
+        out.extend(ex.messages)
+    out.extend(m for m in conversation if m.role not in ("system", "developer"))
+    return out

@@ -1,0 +1,45 @@
+"""The only module that reads the environment. Everything else receives values."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def _home() -> Path:
+    return Path(os.environ.get("EVOLVABLE_HOME", ".evolvable")).resolve()
+
+
+@dataclass(frozen=True)
+class Settings:
+    home: Path = field(default_factory=_home)
+    """Working directory for the embedded store, the spool, caches and reports."""
+
+    db_url: str | None = field(default_factory=lambda: os.environ.get("EVOLVABLE_DB"))
+    """SQLAlchemy URL; None means the embedded SQLite file under `home`."""
+
+    model_cache: Path = field(
+        default_factory=lambda: Path(
+            os.environ.get("EVOLVABLE_MODEL_CACHE", str(Path.home() / ".cache" / "evolvable" / "models"))
+        )
+    )
+    """Where converted model weights (safetensors) are cached across runs."""
+
+    admin_key: str | None = field(default_factory=lambda: os.environ.get("EVOLVABLE_ADMIN_KEY"))
+
+    test_postgres_url: str = field(
+        default_factory=lambda: os.environ.get(
+            "EVOLVABLE_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+        )
+    )
+
+    def resolved_db_url(self) -> str:
+        if self.db_url:
+            return self.db_url
+        self.home.mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{self.home / 'evolvable.db'}"
+
+
+def get_settings() -> Settings:
+    return Settings()
