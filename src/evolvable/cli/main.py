@@ -52,7 +52,12 @@ def main() -> None:
     try:
         app()
     except EvolvableError as err:
-        from rich.console import Console
+        from rich.markup import escape
 
-        Console(stderr=True).print(f"[bold red]error:[/] {err}", highlight=False)
+        from evolvable.cli._console import err_console
+
+        err_console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False)
         raise SystemExit(2) from None
+
+if __name__ == "__main__":
+    main()

@@ -176,8 +176,10 @@ class LLMCallStep(StepBase):
 
     @property
     def has_token_ids(self) -> bool:
-        return self.prompt_token_ids is not None and bool(self.choices) and all(
-            c.completion_token_ids is not None for c in self.choices
+        return (
+            self.prompt_token_ids is not None
+            and bool(self.choices)
+            and all(c.completion_token_ids is not None for c in self.choices)
         )
 
 
@@ -367,7 +369,9 @@ def events_for(trajectory: Trajectory) -> list[TrajectoryStarted | StepAppended 
     out: list[TrajectoryStarted | StepAppended | SignalAttached | TrajectoryEnded] = [
         TrajectoryStarted(event_id=f"{tid}:start", trajectory_id=tid, tenant_id=tenant, header=trajectory.header())
     ]
-    out += [StepAppended(event_id=f"{tid}:{s.id}", trajectory_id=tid, tenant_id=tenant, step=s) for s in trajectory.steps]
+    out += [
+        StepAppended(event_id=f"{tid}:{s.id}", trajectory_id=tid, tenant_id=tenant, step=s) for s in trajectory.steps
+    ]
     out += [
         SignalAttached(event_id=f"{tid}:{g.id}", trajectory_id=tid, tenant_id=tenant, signal=g)
         for g in trajectory.signals

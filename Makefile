@@ -1,0 +1,14 @@
+.PHONY: setup demo test lint
+
+setup:
+	bash scripts/setup.sh
+
+demo:
+	bash scripts/demo.sh
+
+test:
+	bash scripts/test.sh
+
+lint:
+	.venv/bin/ruff check src tests benchmarks
+	.venv/bin/ruff format --check src tests benchmarks

@@ -1,0 +1,438 @@
+"""The registry: content-addressed harness and policy versions with lineage and an explicit state machine.
+
+A harness version's id is `Harness.content_hash()`, so registering the same content twice is a
+no-op and equal content always has the same id. Policy versions are addressed by their spec (base
+model, adapter name and path, upstream) plus a digest of the adapter files when they exist.
+Every state change is checked against `TRANSITIONS` and logged in `registry_transitions`.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterator
+from contextlib import contextmanager
+import hashlib
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from evolvable.control.models import TRANSITIONS, PolicySpec, Transition, VersionKind, VersionRecord, VersionState
+from evolvable.errors import ControlError, NotFound
+from evolvable.protocol.harness import Harness
+from evolvable.store.engine import WRITE_OPTIONS
+from evolvable.store.tables.registry import registry_transitions, registry_versions
+
+
+@contextmanager
+def write_transaction(engine: Engine) -> Iterator[Connection]:
+    """A write transaction; on SQLite it takes the write lock up front (BEGIN IMMEDIATE), so
+    concurrent writers queue on the busy timeout instead of failing on a lock upgrade."""
+    with engine.connect() as conn:
+        conn = conn.execution_options(**WRITE_OPTIONS)
+        with conn.begin():
+            yield conn
+
+
+def utc(value: datetime | None) -> datetime | None:
+    """SQLite hands back naive datetimes; everything we store is UTC."""
+    if value is None:
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _adapter_digest(path: str | None) -> str | None:
+    if not path or not Path(path).exists():
+        return None
+    digest = hashlib.sha256()
+    root = Path(path)
+    files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
+    for f in files:
+        digest.update(f.name.encode())
+        digest.update(f.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def policy_version_id(agent: str, spec: PolicySpec) -> str:
+    canonical = json.dumps(
+        {"agent": agent, **spec.model_dump(mode="json"), "adapter_digest": _adapter_digest(spec.adapter_path)},
+        sort_keys=True,
+    )
+    return "p1-" + hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def _row_to_version(row: Any) -> VersionRecord:
+    return VersionRecord(
+        id=row.id,
+        kind=VersionKind(row.kind),
+        agent=row.agent,
+        state=VersionState(row.state),
+        parent_id=row.parent_id,
+        content=row.content,
+        lineage=row.lineage or {},
+        note=row.note or "",
+        created_by=row.created_by,
+        created_at=utc(row.created_at),
+        updated_at=utc(row.updated_at),
+    )
+
+
+class Registry:
+    """Versions of every agent's harness and policy. Thread-safe; each call is one transaction."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    # ------------------------------------------------------------------ registering
+
+    def register_harness(
+        self,
+        harness: Harness,
+        *,
+        parent: str | None = None,
+        state: VersionState = VersionState.candidate,
+        note: str = "",
+        created_by: str = "user",
+        lineage: dict[str, Any] | None = None,
+    ) -> VersionRecord:
+        """Store a harness version (idempotent by content). `state=active` makes it the served version."""
+        return self._register(
+            harness.content_hash(),
+            VersionKind.harness,
+            harness.agent,
+            harness.model_dump(mode="json"),
+            parent=parent,
+            state=state,
+            note=note,
+            created_by=created_by,
+            lineage=lineage or {},
+        )
+
+    def register_policy(
+        self,
+        agent: str,
+        spec: PolicySpec,
+        *,
+        parent: str | None = None,
+        state: VersionState = VersionState.candidate,
+        note: str = "",
+        created_by: str = "user",
+        data_snapshot: str | None = None,
+        config: dict[str, Any] | None = None,
+        metrics: dict[str, Any] | None = None,
+    ) -> VersionRecord:
+        """Store a policy version with its lineage: the data snapshot and config it was trained from, metrics."""
+        lineage = {"data_snapshot": data_snapshot, "config": config or {}, "metrics": metrics or {}}
+        return self._register(
+            policy_version_id(agent, spec),
+            VersionKind.policy,
+            agent,
+            spec.model_dump(mode="json"),
+            parent=parent,
+            state=state,
+            note=note,
+            created_by=created_by,
+            lineage=lineage,
+        )
+
+    def _register(
+        self,
+        version_id: str,
+        kind: VersionKind,
+        agent: str,
+        content: dict[str, Any],
+        *,
+        parent: str | None,
+        state: VersionState,
+        note: str,
+        created_by: str,
+        lineage: dict[str, Any],
+    ) -> VersionRecord:
+        with write_transaction(self.engine) as conn:
+            existing = self._get(conn, version_id)
+            if existing is None:
+                if parent is None and kind == VersionKind.harness:
+                    active = self._current(conn, agent, kind, VersionState.active)
+                    parent = active.id if active else None
+                ts = now()
+                conn.execute(
+                    registry_versions.insert().values(
+                        id=version_id,
+                        kind=kind.value,
+                        agent=agent,
+                        state=VersionState.candidate.value,
+                        parent_id=parent,
+                        content=content,
+                        lineage=lineage,
+                        note=note,
+                        created_by=created_by,
+                        created_at=ts,
+                        updated_at=ts,
+                    )
+                )
+                self._log(conn, version_id, kind, agent, None, VersionState.candidate, note or "registered", created_by)
+                existing = self._get(conn, version_id)
+                assert existing is not None
+            if state != VersionState.candidate and existing.state != state:
+                self._move(conn, existing, state, reason=note or f"registered as {state.value}", actor=created_by)
+                existing = self._get(conn, version_id)
+                assert existing is not None
+            return existing
+
+    # ------------------------------------------------------------------ reading
+
+    def get(self, version_id: str) -> VersionRecord:
+        with self.engine.connect() as conn:
+            found = self._get(conn, version_id)
+        if found is None:
+            raise NotFound(f"no registry version {version_id!r}")
+        return found
+
+    def resolve(self, agent: str, ref: str, kind: VersionKind = VersionKind.harness) -> VersionRecord:
+        """A version by id, unique id prefix, or state name ('active', 'canary')."""
+        if ref in (VersionState.active, VersionState.canary):
+            found = self.current(agent, kind, VersionState(ref))
+            if found is None:
+                raise NotFound(f"agent {agent!r} has no {ref} {kind.value} version")
+            return found
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(registry_versions).where(
+                    registry_versions.c.id.like(f"{ref}%"),
+                    registry_versions.c.kind == kind.value,
+                )
+            ).all()
+        if not rows:
+            raise NotFound(f"no {kind.value} version matches {ref!r}")
+        if len(rows) > 1:
+            raise ControlError(f"{ref!r} matches {len(rows)} versions; give more characters")
+        return _row_to_version(rows[0])
+
+    def current(self, agent: str, kind: VersionKind, state: VersionState) -> VersionRecord | None:
+        with self.engine.connect() as conn:
+            return self._current(conn, agent, kind, state)
+
+    def versions(
+        self, agent: str | None = None, kind: VersionKind | None = None, states: list[VersionState] | None = None
+    ) -> list[VersionRecord]:
+        q = sa.select(registry_versions).order_by(registry_versions.c.created_at)
+        if agent is not None:
+            q = q.where(registry_versions.c.agent == agent)
+        if kind is not None:
+            q = q.where(registry_versions.c.kind == kind.value)
+        if states:
+            q = q.where(registry_versions.c.state.in_([s.value for s in states]))
+        with self.engine.connect() as conn:
+            return [_row_to_version(r) for r in conn.execute(q)]
+
+    def served(self) -> list[VersionRecord]:
+        """Every active and canary version: what the proxy's cache holds."""
+        return self.versions(states=[VersionState.active, VersionState.canary])
+
+    def agents(self) -> list[str]:
+        with self.engine.connect() as conn:
+            return sorted(r[0] for r in conn.execute(sa.select(registry_versions.c.agent).distinct()))
+
+    def lineage(self, version_id: str) -> list[VersionRecord]:
+        """The version and its ancestors, newest first."""
+        chain: list[VersionRecord] = []
+        seen: set[str] = set()
+        cursor: str | None = version_id
+        while cursor and cursor not in seen:
+            seen.add(cursor)
+            try:
+                record = self.get(cursor)
+            except NotFound:
+                break
+            chain.append(record)
+            cursor = record.parent_id
+        return chain
+
+    def transitions(self, version_id: str | None = None, agent: str | None = None) -> list[Transition]:
+        q = sa.select(registry_transitions).order_by(registry_transitions.c.id)
+        if version_id:
+            q = q.where(registry_transitions.c.version_id == version_id)
+        if agent:
+            q = q.where(registry_transitions.c.agent == agent)
+        with self.engine.connect() as conn:
+            return [
+                Transition(
+                    version_id=r.version_id,
+                    kind=VersionKind(r.kind),
+                    agent=r.agent,
+                    from_state=VersionState(r.from_state) if r.from_state else None,
+                    to_state=VersionState(r.to_state),
+                    reason=r.reason,
+                    actor=r.actor,
+                    at=utc(r.at),
+                )
+                for r in conn.execute(q)
+            ]
+
+    # ------------------------------------------------------------------ state changes
+
+    def transition(self, version_id: str, to_state: VersionState, *, reason: str = "", actor: str = "user") -> VersionRecord:
+        """Move one version along the transition table. Promoting to active retires the previous active."""
+        with write_transaction(self.engine) as conn:
+            record = self._get(conn, version_id, lock=True)
+            if record is None:
+                raise NotFound(f"no registry version {version_id!r}")
+            self._move(conn, record, to_state, reason=reason, actor=actor)
+            result = self._get(conn, version_id)
+            assert result is not None
+            return result
+
+    def start_canary(self, version_id: str, *, reason: str = "", actor: str = "control-plane") -> VersionRecord:
+        return self.transition(version_id, VersionState.canary, reason=reason, actor=actor)
+
+    def promote(self, version_id: str, *, reason: str = "", actor: str = "control-plane") -> VersionRecord:
+        return self.transition(version_id, VersionState.active, reason=reason, actor=actor)
+
+    def reject(self, version_id: str, *, reason: str = "", actor: str = "control-plane") -> VersionRecord:
+        return self.transition(version_id, VersionState.rejected, reason=reason, actor=actor)
+
+    def restore(self, version_id: str, *, reason: str = "restored", actor: str = "user") -> VersionRecord:
+        """Make any earlier version active again in one step (the current active is retired)."""
+        return self.transition(version_id, VersionState.active, reason=reason, actor=actor)
+
+    def _move(self, conn: Connection, record: VersionRecord, to_state: VersionState, *, reason: str, actor: str) -> None:
+        if record.state == to_state:
+            return
+        if to_state not in TRANSITIONS[record.state]:
+            raise ControlError(
+                f"{record.kind.value} version {record.id} cannot go from {record.state.value} to {to_state.value}"
+            )
+        if to_state in (VersionState.active, VersionState.canary):
+            occupant = self._current(conn, record.agent, record.kind, to_state, lock=True)
+            if occupant is not None and occupant.id != record.id:
+                if to_state == VersionState.canary:
+                    raise ControlError(
+                        f"agent {record.agent!r} already has a {record.kind.value} canary ({occupant.id}); "
+                        "promote or roll it back first"
+                    )
+                self._set_state(conn, occupant, VersionState.retired, f"replaced by {record.id}", actor)
+        self._set_state(conn, record, to_state, reason, actor)
+
+    def _set_state(self, conn: Connection, record: VersionRecord, to_state: VersionState, reason: str, actor: str) -> None:
+        conn.execute(
+            registry_versions.update()
+            .where(registry_versions.c.id == record.id)
+            .values(state=to_state.value, updated_at=now())
+        )
+        self._log(conn, record.id, record.kind, record.agent, record.state, to_state, reason, actor)
+
+    @staticmethod
+    def _log(
+        conn: Connection,
+        version_id: str,
+        kind: VersionKind,
+        agent: str,
+        from_state: VersionState | None,
+        to_state: VersionState,
+        reason: str,
+        actor: str,
+    ) -> None:
+        conn.execute(
+            registry_transitions.insert().values(
+                version_id=version_id,
+                kind=kind.value,
+                agent=agent,
+                from_state=from_state.value if from_state else None,
+                to_state=to_state.value,
+                reason=reason,
+                actor=actor,
+                at=now(),
+            )
+        )
+
+    @staticmethod
+    def _get(conn: Connection, version_id: str, lock: bool = False) -> VersionRecord | None:
+        q = sa.select(registry_versions).where(registry_versions.c.id == version_id)
+        if lock and conn.dialect.name == "postgresql":
+            q = q.with_for_update()
+        row = conn.execute(q).first()
+        return _row_to_version(row) if row else None
+
+    @staticmethod
+    def _current(
+        conn: Connection, agent: str, kind: VersionKind, state: VersionState, lock: bool = False
+    ) -> VersionRecord | None:
+        q = sa.select(registry_versions).where(
+            registry_versions.c.agent == agent,
+            registry_versions.c.kind == kind.value,
+            registry_versions.c.state == state.value,
+        )
+        if lock and conn.dialect.name == "postgresql":
+            q = q.with_for_update()
+        row = conn.execute(q).first()
+        return _row_to_version(row) if row else None
+
+
+# ---------------------------------------------------------------------- diff
+
+
+def diff_harnesses(a: Harness, b: Harness) -> dict[str, Any]:
+    """Per-component difference A -> B: unified diff of the prompt; added/removed/changed skills,
+    exemplars and tools (by name or id)."""
+
+    def by_key(items: list[Any], key: str) -> dict[str, Any]:
+        return {getattr(i, key): i for i in items}
+
+    def component(old: dict[str, Any], new: dict[str, Any]) -> dict[str, list[str]]:
+        return {
+            "added": sorted(set(new) - set(old)),
+            "removed": sorted(set(old) - set(new)),
+            "changed": sorted(k for k in set(old) & set(new) if old[k] != new[k]),
+        }
+
+    prompt_diff = list(
+        difflib.unified_diff(
+            a.system_prompt.splitlines(), b.system_prompt.splitlines(), "A/system_prompt", "B/system_prompt", lineterm=""
+        )
+    )
+    tools_a, tools_b = by_key(a.tools, "name"), by_key(b.tools, "name")
+    tool_changes = {
+        name: list(
+            difflib.unified_diff(
+                [tools_a[name].description], [tools_b[name].description], f"A/{name}", f"B/{name}", lineterm=""
+            )
+        )
+        for name in set(tools_a) & set(tools_b)
+        if tools_a[name] != tools_b[name]
+    }
+    settings = {
+        f: {"a": getattr(a, f), "b": getattr(b, f)}
+        for f in ("memory_k", "render_tools_in_prompt")
+        if getattr(a, f) != getattr(b, f)
+    }
+    return {
+        "system_prompt": prompt_diff,
+        "skills": component(by_key(a.skills, "name"), by_key(b.skills, "name")),
+        "memory": component(by_key(a.memory, "id"), by_key(b.memory, "id")),
+        "tools": {**component(tools_a, tools_b), "description_diffs": tool_changes},
+        "settings": settings,
+    }
+
+
+def render_diff(diff: dict[str, Any]) -> str:
+    """The diff as readable text (for the CLI)."""
+    lines: list[str] = []
+    if diff["system_prompt"]:
+        lines += ["== system prompt", *diff["system_prompt"]]
+    for comp in ("skills", "memory", "tools"):
+        d = diff[comp]
+        if d["added"] or d["removed"] or d["changed"]:
+            lines.append(f"== {comp}")
+            lines += [f"+ {k}" for k in d["added"]] + [f"- {k}" for k in d["removed"]] + [f"~ {k}" for k in d["changed"]]
+    for name, tool_diff in diff["tools"].get("description_diffs", {}).items():
+        lines += [f"== tool {name}", *tool_diff]
+    for f, v in diff["settings"].items():
+        lines.append(f"== {f}: {v['a']} -> {v['b']}")
+    return "\n".join(lines) if lines else "(no differences)"

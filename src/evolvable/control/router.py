@@ -1,0 +1,225 @@
+"""Serving integration: the proxy's RequestRewriter that applies evolved harnesses and routes policies.
+
+The hot path never queries the database: `ServedVersions` is an in-memory snapshot of every agent's
+active and canary versions (and canary shares), refreshed in a background thread every few seconds
+(and at once by `refresh()` when the control plane in the same process changes something).
+Canary assignment is sticky per session: the first request of a session decides, by hashing the
+session id into [0, 1), and the choice is remembered; sessions already under way when a canary
+starts keep the active version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.engine import Engine
+
+from evolvable.control.journal import Journal
+from evolvable.control.models import PolicySpec, RolloutState, VersionKind, VersionRecord, VersionState
+from evolvable.control.registry import Registry
+from evolvable.protocol.harness import Harness, render_messages
+from evolvable.protocol.models import ChatMessage
+
+try:  # The proxy owns the seam's types; fall back to a structural twin when it is not installed.
+    from evolvable.proxy.hooks import RewriteResult  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - exercised only before the proxy exists
+
+    @dataclass
+    class RewriteResult:  # type: ignore[no-redef]
+        body: dict[str, Any]
+        harness_version: str | None = None
+        policy_version: str | None = None
+        upstream_name: str | None = None
+        model: str | None = None
+
+
+def bucket(session_id: str) -> float:
+    """A stable point in [0, 1) for a session id; the same on every replica."""
+    return int.from_bytes(hashlib.sha256(session_id.encode()).digest()[:8], "big") / 2**64
+
+
+@dataclass
+class AgentVersions:
+    harness_active: VersionRecord | None = None
+    harness_canary: VersionRecord | None = None
+    harness_share: float = 0.0
+    policy_active: VersionRecord | None = None
+    policy_canary: VersionRecord | None = None
+    policy_share: float = 0.0
+    harnesses: dict[str, Harness] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Assignment:
+    harness_version: str | None
+    policy_version: str | None
+
+
+class ServedVersions:
+    """Snapshot of what is served, per agent. Replaced atomically on refresh."""
+
+    def __init__(self, registry: Registry, journal: Journal) -> None:
+        self.registry = registry
+        self.journal = journal
+        self.agents: dict[str, AgentVersions] = {}
+        self.refreshed_at = 0.0
+
+    def refresh(self) -> None:
+        agents: dict[str, AgentVersions] = {}
+        for record in self.registry.served():
+            v = agents.setdefault(record.agent, AgentVersions())
+            slot = f"{record.kind.value}_{record.state.value}"
+            setattr(v, slot, record)
+            if record.kind == VersionKind.harness:
+                v.harnesses[record.id] = record.harness()
+        for rollout in self.journal.rollouts(states=[RolloutState.running]):
+            v = agents.get(rollout.agent)
+            if v is not None:
+                setattr(v, f"{rollout.kind.value}_share", rollout.share)
+        self.agents = agents
+        self.refreshed_at = time.monotonic()
+
+
+class HarnessRouter:
+    """Implements the proxy's `RequestRewriter`: harness application and policy routing per agent."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        refresh_interval_s: float = 5.0,
+        clusterer: Any = None,
+        max_sessions: int = 100_000,
+    ) -> None:
+        self.versions = ServedVersions(Registry(engine), Journal(engine))
+        self.refresh_interval_s = refresh_interval_s
+        self.clusterer = clusterer  # anything with .predict(text) -> str, for memory retrieval by cluster
+        self.max_sessions = max_sessions
+        self._sessions: OrderedDict[str, Assignment] = OrderedDict()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def refresh(self) -> None:
+        self.versions.refresh()
+
+    def start(self) -> None:
+        """Load the snapshot now and keep it fresh in a daemon thread."""
+        if self._thread is not None:
+            return
+        self.refresh()
+        self._thread = threading.Thread(target=self._loop, name="evolvable-harness-refresh", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.refresh_interval_s):
+            try:
+                self.refresh()
+            except Exception:  # noqa: BLE001 - a failed refresh keeps serving the last snapshot
+                continue
+
+    # ------------------------------------------------------------------ assignment
+
+    def assign(self, agent: str, session_id: str | None) -> Assignment:
+        """Which harness and policy version this session runs; sticky once decided."""
+        if self._thread is None:
+            self.start()
+        v = self.versions.agents.get(agent)
+        if v is None:
+            return Assignment(None, None)
+        served = {r.id for r in (v.harness_active, v.harness_canary, v.policy_active, v.policy_canary) if r}
+        if session_id:
+            with self._lock:
+                known = self._sessions.get(session_id)
+            if known is not None and all(x is None or x in served for x in (known.harness_version, known.policy_version)):
+                return known
+        point = bucket(session_id) if session_id else 1.0
+
+        def pick(active: VersionRecord | None, canary: VersionRecord | None, share: float) -> str | None:
+            if canary is not None and point < share:
+                return canary.id
+            return active.id if active else None
+
+        assignment = Assignment(
+            pick(v.harness_active, v.harness_canary, v.harness_share),
+            pick(v.policy_active, v.policy_canary, v.policy_share),
+        )
+        if session_id:
+            with self._lock:
+                self._sessions[session_id] = assignment
+                while len(self._sessions) > self.max_sessions:
+                    self._sessions.popitem(last=False)
+        return assignment
+
+    def harness_for(self, agent: str, session_id: str | None = None) -> tuple[Harness | None, str | None]:
+        """The harness an agent should run (for `GET /v1/agents/{name}/harness`)."""
+        assignment = self.assign(agent, session_id)
+        v = self.versions.agents.get(agent)
+        if v is None or assignment.harness_version is None:
+            return None, None
+        return v.harnesses.get(assignment.harness_version), assignment.harness_version
+
+    # ------------------------------------------------------------------ the seam
+
+    def prepare(self, ctx: Any, body: dict[str, Any]) -> RewriteResult:
+        agent = getattr(ctx, "agent", None) or "default"
+        session_id = getattr(ctx, "session_id", None) or getattr(ctx, "id", None)
+        assignment = self.assign(agent, session_id)
+        v = self.versions.agents.get(agent)
+        if v is None:
+            return RewriteResult(body=body)
+        new_body = body
+        if assignment.harness_version and isinstance(body.get("messages"), list):
+            harness = v.harnesses[assignment.harness_version]
+            new_body = self.apply_harness(harness, body, ctx)
+        model, upstream = None, None
+        if assignment.policy_version:
+            record = next(r for r in (v.policy_active, v.policy_canary) if r and r.id == assignment.policy_version)
+            spec = PolicySpec.model_validate(record.content)
+            model, upstream = spec.served_model, spec.upstream
+            new_body = {**new_body, "model": model}
+        return RewriteResult(
+            body=new_body,
+            harness_version=assignment.harness_version,
+            policy_version=assignment.policy_version,
+            upstream_name=upstream,
+            model=model,
+        )
+
+    def apply_harness(self, harness: Harness, body: dict[str, Any], ctx: Any = None) -> dict[str, Any]:
+        """System prompt, skills, retrieved memory and tool descriptions, via the shared `render_messages`."""
+        conversation = [ChatMessage.model_validate(m) for m in body["messages"]]
+        metadata = getattr(ctx, "metadata", None) or {}
+        task_input = getattr(ctx, "task_input", None)
+        task_text = task_input if isinstance(task_input, str) else None
+        if task_text is None:
+            task_text = next((m.text() for m in conversation if m.role == "user"), "")
+        cluster = metadata.get("cluster") if isinstance(metadata, dict) else None
+        if cluster is None and self.clusterer is not None and task_text:
+            cluster = self.clusterer.predict(task_text)
+        messages = render_messages(harness, conversation, task_text=task_text, cluster=cluster)
+        out = {**body, "messages": [m.model_dump(mode="json", exclude_none=True) for m in messages]}
+        if isinstance(body.get("tools"), list) and harness.tools:
+            out["tools"] = [_with_description(t, harness) for t in body["tools"]]
+        return out
+
+
+def _with_description(tool: dict[str, Any], harness: Harness) -> dict[str, Any]:
+    fn = tool.get("function") if isinstance(tool, dict) else None
+    spec = harness.tool(fn.get("name", "")) if isinstance(fn, dict) else None
+    if spec is None:
+        return tool
+    return {**tool, "function": {**fn, "description": spec.description}}
+
+
+__all__ = ["Assignment", "HarnessRouter", "RewriteResult", "ServedVersions", "VersionState", "bucket"]

@@ -1,0 +1,145 @@
+"""The Governor: what every captured event passes through between the proxy's spool and the store.
+
+Stages, per trajectory: capture policy (full | metadata | off, per tenant and agent), then
+redaction of what is kept. Fail closed: if a stage raises, every piece of text in that trajectory's
+events is replaced by `<REDACTION_FAILED>` (token ids dropped too) and a `redaction_failed` audit
+entry is written; content is never stored in the clear because a stage broke.
+
+Token ids spell out the text they were produced from, so when redaction changes an llm_call's text
+its engine token ids and logprobs are dropped (the step says so in `metadata.token_ids_dropped`);
+re-tokenizing the redacted text would train on tokens the policy never produced.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict, defaultdict
+from typing import Any, Protocol
+
+import orjson
+
+from evolvable.governance.audit import AuditAction, AuditLog
+from evolvable.governance.capture import drop_token_ids, mark_redaction_failed, strip_content
+from evolvable.governance.tenants import TenantDirectory
+from evolvable.protocol.models import CaptureMode, Event, LLMCallStep, StepAppended, TrajectoryStarted
+
+
+class EventRedactorLike(Protocol):
+    def redact_events(self, events: list[Event]) -> list[Event]: ...
+
+
+def _default_redactor() -> EventRedactorLike:
+    from evolvable.governance.redaction import EventRedactor
+
+    return EventRedactor()
+
+
+def _llm_text(event: Any) -> bytes | None:
+    if not (isinstance(event, StepAppended) and isinstance(event.step, LLMCallStep)):
+        return None
+    step = event.step
+    return orjson.dumps(
+        [
+            [m.model_dump(mode="json") for m in step.request_messages],
+            step.prompt,
+            [(c.message.model_dump(mode="json") if c.message else None, c.text) for c in step.choices],
+        ]
+    )
+
+
+class Governor:
+    """Implements the proxy's Governor seam: `govern(events) -> events`, fail closed."""
+
+    def __init__(
+        self,
+        store: Any,
+        *,
+        directory: TenantDirectory | None = None,
+        redactor: EventRedactorLike | None = None,
+        audit: AuditLog | None = None,
+        redact: bool = True,
+        agent_cache_size: int = 50_000,
+    ) -> None:
+        self.store = store
+        self.audit = audit or AuditLog(store.engine)
+        self.directory = directory or TenantDirectory(store.engine, audit=self.audit)
+        self._redactor = redactor
+        self._redact = redact
+        self._agents: OrderedDict[str, str] = OrderedDict()
+        self._agent_cache_size = agent_cache_size
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ the seam
+
+    def govern(self, events: list[Event]) -> list[Event]:
+        groups: dict[str, list[int]] = defaultdict(list)
+        for index, event in enumerate(events):
+            groups[event.trajectory_id].append(index)
+        agents = self._agents_for(events, list(groups))
+        out: list[Any] = [None] * len(events)
+        for trajectory_id, indexes in groups.items():
+            batch = [events[i] for i in indexes]
+            tenant_id = batch[0].tenant_id
+            mode = self.directory.policy_for(tenant_id).capture_for(agents.get(trajectory_id))
+            for i, governed in zip(indexes, self._govern_one(trajectory_id, tenant_id, mode, batch), strict=True):
+                out[i] = governed
+        return [e for e in out if e is not None]
+
+    # ------------------------------------------------------------------ stages
+
+    def _govern_one(self, trajectory_id: str, tenant_id: str, mode: CaptureMode, batch: list[Any]) -> list[Any]:
+        """Same length as `batch`; None where an event is dropped."""
+        if mode == CaptureMode.off:
+            return [None] * len(batch)
+        try:
+            kept = [strip_content(e) for e in batch] if mode == CaptureMode.metadata else list(batch)
+            if not self._redact:
+                return kept
+            redacted = list(self.redactor.redact_events(kept))
+            if len(redacted) != len(kept):
+                raise RuntimeError(f"redactor returned {len(redacted)} events for {len(kept)}")
+            return [
+                drop_token_ids(after) if _llm_text(before) != _llm_text(after) else after
+                for before, after in zip(kept, redacted, strict=True)
+            ]
+        except Exception as err:  # fail closed on anything a stage raises
+            self.audit.record(
+                AuditAction.redaction_failed,
+                actor="system",
+                tenant_id=tenant_id,
+                target=f"trajectory:{trajectory_id}",
+                details={"error": type(err).__name__, "events": len(batch), "capture": mode.value},
+            )
+            return [drop_token_ids(mark_redaction_failed(e)) for e in batch]
+
+    @property
+    def redactor(self) -> EventRedactorLike:
+        if self._redactor is None:
+            with self._lock:
+                if self._redactor is None:
+                    self._redactor = _default_redactor()
+        return self._redactor
+
+    # ------------------------------------------------------------------ which agent ran a trajectory
+
+    def _agents_for(self, events: list[Any], trajectory_ids: list[str]) -> dict[str, str]:
+        for event in events:
+            if isinstance(event, TrajectoryStarted):
+                self._remember(event.trajectory_id, event.header.agent)
+        found = {tid: self._agents[tid] for tid in trajectory_ids if tid in self._agents}
+        missing = [tid for tid in trajectory_ids if tid not in found]
+        if missing:
+            from evolvable.store import TrajectoryFilter
+
+            headers, _ = self.store.list_trajectories(TrajectoryFilter(ids=missing), limit=len(missing))
+            for header in headers:
+                self._remember(header.id, header.agent)
+                found[header.id] = header.agent
+        return found
+
+    def _remember(self, trajectory_id: str, agent: str) -> None:
+        with self._lock:
+            self._agents[trajectory_id] = agent
+            self._agents.move_to_end(trajectory_id)
+            while len(self._agents) > self._agent_cache_size:
+                self._agents.popitem(last=False)

@@ -1,0 +1,336 @@
+"""Tenants, their policies, and the API keys that map callers to them.
+
+Keys are 256-bit random strings shown once at issue; only their SHA-256 digest is stored. A slow
+password hash (scrypt) buys nothing for keys with that much entropy and would cost every request
+tens of milliseconds (measured in docs/governance.md), so verified keys are hashed with SHA-256 and
+cached in memory for a short TTL; revoking a key clears this process's cache at once and other
+processes within the TTL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+import threading
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from pydantic import BaseModel, Field
+
+from evolvable.errors import GovernanceError, NotFound
+from evolvable.governance.audit import AuditAction, AuditLog
+from evolvable.governance.capture import strictest
+from evolvable.governance.schema import ensure_governance_schema
+from evolvable.protocol.models import CaptureMode, new_id, utcnow
+from evolvable.proxy.hooks import Principal
+from evolvable.store.tables.governance import api_keys, tenants
+
+KEY_PREFIX = "evk_"
+ENV_ADMIN_KEY_ID = "env-admin"
+DEFAULT_TENANT = "default"
+_TENANT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
+
+
+class Tenant(BaseModel):
+    id: str
+    name: str
+    capture: CaptureMode = CaptureMode.full
+    agent_capture: dict[str, CaptureMode] = Field(default_factory=dict)
+    retention_days: int | None = Field(None, ge=1)
+    redact_upstream: bool = False
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+    def capture_for(self, agent: str | None) -> CaptureMode:
+        """The agent's override, else the tenant's mode; for an unknown agent the strictest of all."""
+        if agent is None:
+            return strictest([self.capture, *self.agent_capture.values()])
+        return self.agent_capture.get(agent, self.capture)
+
+
+class ApiKeyInfo(BaseModel):
+    id: str
+    tenant_id: str
+    label: str
+    is_admin: bool
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+class IssuedKey(BaseModel):
+    """The only time the plaintext key exists outside the caller's hands."""
+
+    key_id: str
+    tenant_id: str
+    key: str
+    is_admin: bool
+    label: str
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def aware(value: datetime | None) -> datetime | None:
+    """SQLite hands back naive datetimes; everything here is UTC."""
+    if value is None or value.tzinfo is not None:
+        return value
+    return value.replace(tzinfo=UTC)
+
+
+_UPDATABLE = {"name", "capture", "agent_capture", "retention_days", "redact_upstream"}
+
+
+class TenantDirectory:
+    """Tenants, policies and keys on the store's engine; implements the proxy's Authenticator seam."""
+
+    def __init__(
+        self,
+        engine: sa.Engine,
+        *,
+        admin_key: str | None = None,
+        cache_ttl_s: float = 30.0,
+        audit: AuditLog | None = None,
+    ) -> None:
+        self.engine = engine
+        ensure_governance_schema(engine)
+        self.audit = audit or AuditLog(engine)
+        self.cache_ttl_s = cache_ttl_s
+        self._admin_hash = hash_key(admin_key) if admin_key else None
+        self._keys: dict[str, tuple[float, Principal | None]] = {}
+        self._tenants: dict[str, tuple[float, Tenant]] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_store(cls, store: Any, **kwargs: Any) -> TenantDirectory:
+        if "admin_key" not in kwargs:
+            from evolvable.settings import get_settings
+
+            kwargs["admin_key"] = get_settings().admin_key
+        return cls(store.engine, **kwargs)
+
+    # ------------------------------------------------------------------ tenants
+
+    def create_tenant(
+        self,
+        tenant_id: str,
+        *,
+        name: str | None = None,
+        capture: CaptureMode | str = CaptureMode.full,
+        agent_capture: dict[str, CaptureMode | str] | None = None,
+        retention_days: int | None = None,
+        redact_upstream: bool = False,
+        actor: str = "cli",
+    ) -> Tenant:
+        if not _TENANT_ID.match(tenant_id):
+            raise GovernanceError(f"invalid tenant id {tenant_id!r}: use letters, digits, '_', '.', '-' (max 200)")
+        now = utcnow()
+        tenant = Tenant(
+            id=tenant_id,
+            name=name or tenant_id,
+            capture=CaptureMode(capture),
+            agent_capture={a: CaptureMode(m) for a, m in (agent_capture or {}).items()},
+            retention_days=retention_days,
+            redact_upstream=redact_upstream,
+            created_at=now,
+            updated_at=now,
+        )
+        with self.engine.begin() as conn:
+            if conn.execute(sa.select(tenants.c.id).where(tenants.c.id == tenant_id)).first():
+                raise GovernanceError(f"tenant {tenant_id!r} already exists")
+            conn.execute(tenants.insert(), self._row(tenant))
+            self.audit.record(
+                AuditAction.policy_change,
+                actor=actor,
+                tenant_id=tenant_id,
+                target=f"tenant:{tenant_id}",
+                details={"created": self._policy(tenant)},
+                conn=conn,
+            )
+        self._forget_tenant(tenant_id)
+        return tenant
+
+    def get_tenant(self, tenant_id: str) -> Tenant:
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(tenants).where(tenants.c.id == tenant_id)).first()
+        if row is None:
+            raise NotFound(f"tenant {tenant_id!r} does not exist")
+        return self._tenant(row._mapping)
+
+    def list_tenants(self) -> list[Tenant]:
+        with self.engine.connect() as conn:
+            return [self._tenant(r._mapping) for r in conn.execute(sa.select(tenants).order_by(tenants.c.id))]
+
+    def update_tenant(self, tenant_id: str, *, actor: str = "cli", **changes: Any) -> Tenant:
+        """Change policy fields (name, capture, agent_capture, retention_days, redact_upstream); audited."""
+        unknown = set(changes) - _UPDATABLE
+        if unknown:
+            raise GovernanceError(f"cannot update {sorted(unknown)}; updatable: {sorted(_UPDATABLE)}")
+        before = self.get_tenant(tenant_id)
+        after = Tenant.model_validate({**before.model_dump(), **changes, "updated_at": utcnow()})
+        with self.engine.begin() as conn:
+            conn.execute(tenants.update().where(tenants.c.id == tenant_id).values(self._row(after)))
+            self.audit.record(
+                AuditAction.policy_change,
+                actor=actor,
+                tenant_id=tenant_id,
+                target=f"tenant:{tenant_id}",
+                details={"before": self._policy(before), "after": self._policy(after)},
+                conn=conn,
+            )
+        self._forget_tenant(tenant_id)
+        return after
+
+    def policy_for(self, tenant_id: str) -> Tenant:
+        """The tenant's policy, cached for the TTL; an unregistered tenant gets the default (full, redacted)."""
+        now = time.monotonic()
+        cached = self._tenants.get(tenant_id)
+        if cached and cached[0] > now:
+            return cached[1]
+        try:
+            tenant = self.get_tenant(tenant_id)
+        except NotFound:
+            tenant = Tenant(id=tenant_id, name=tenant_id)
+        self._tenants[tenant_id] = (now + self.cache_ttl_s, tenant)
+        return tenant
+
+    def _forget_tenant(self, tenant_id: str) -> None:
+        self._tenants.pop(tenant_id, None)
+
+    @staticmethod
+    def _policy(t: Tenant) -> dict[str, Any]:
+        return t.model_dump(mode="json", include={"capture", "agent_capture", "retention_days", "redact_upstream", "name"})
+
+    @staticmethod
+    def _row(t: Tenant) -> dict[str, Any]:
+        return {
+            "id": t.id,
+            "name": t.name,
+            "capture": t.capture.value,
+            "agent_capture": {a: m.value for a, m in t.agent_capture.items()},
+            "retention_days": t.retention_days,
+            "redact_upstream": t.redact_upstream,
+            "created_at": t.created_at,
+            "updated_at": t.updated_at,
+        }
+
+    @staticmethod
+    def _tenant(row: Any) -> Tenant:
+        data = dict(row)
+        data["created_at"] = aware(data["created_at"])
+        data["updated_at"] = aware(data["updated_at"])
+        return Tenant.model_validate(data)
+
+    # ------------------------------------------------------------------ keys
+
+    def issue_key(self, tenant_id: str, *, label: str = "", is_admin: bool = False, actor: str = "cli") -> IssuedKey:
+        self.get_tenant(tenant_id)  # NotFound for an unknown tenant
+        key_id = new_id("key")[:20]
+        key = KEY_PREFIX + secrets.token_urlsafe(32)
+        with self.engine.begin() as conn:
+            conn.execute(
+                api_keys.insert(),
+                {
+                    "id": key_id,
+                    "tenant_id": tenant_id,
+                    "key_hash": hash_key(key),
+                    "label": label,
+                    "is_admin": is_admin,
+                    "created_at": utcnow(),
+                    "revoked_at": None,
+                },
+            )
+            self.audit.record(
+                AuditAction.key_issued,
+                actor=actor,
+                tenant_id=tenant_id,
+                target=f"key:{key_id}",
+                details={"label": label, "is_admin": is_admin},
+                conn=conn,
+            )
+        return IssuedKey(key_id=key_id, tenant_id=tenant_id, key=key, is_admin=is_admin, label=label)
+
+    def revoke_key(self, key_id: str, *, actor: str = "cli", tenant_id: str | None = None) -> ApiKeyInfo:
+        """Revoke a key (optionally only if it belongs to `tenant_id`); idempotent."""
+        with self.engine.begin() as conn:
+            stmt = sa.select(api_keys).where(api_keys.c.id == key_id)
+            if tenant_id is not None:
+                stmt = stmt.where(api_keys.c.tenant_id == tenant_id)
+            row = conn.execute(stmt).first()
+            if row is None:
+                raise NotFound(f"key {key_id!r} does not exist")
+            if row.revoked_at is None:
+                conn.execute(api_keys.update().where(api_keys.c.id == key_id).values(revoked_at=utcnow()))
+                self.audit.record(
+                    AuditAction.key_revoked, actor=actor, tenant_id=row.tenant_id, target=f"key:{key_id}", conn=conn
+                )
+        with self._lock:
+            self._keys = {h: v for h, v in self._keys.items() if v[1] is None or v[1].key_id != key_id}
+        return self.list_keys(key_id=key_id)[0]
+
+    def list_keys(self, tenant_id: str | None = None, *, key_id: str | None = None) -> list[ApiKeyInfo]:
+        stmt = sa.select(api_keys).order_by(api_keys.c.created_at)
+        if tenant_id is not None:
+            stmt = stmt.where(api_keys.c.tenant_id == tenant_id)
+        if key_id is not None:
+            stmt = stmt.where(api_keys.c.id == key_id)
+        with self.engine.connect() as conn:
+            rows = conn.execute(stmt).all()
+        return [
+            ApiKeyInfo(
+                id=r.id,
+                tenant_id=r.tenant_id,
+                label=r.label,
+                is_admin=r.is_admin,
+                created_at=aware(r.created_at),
+                revoked_at=aware(r.revoked_at),
+            )
+            for r in rows
+        ]
+
+    # ------------------------------------------------------------------ the Authenticator seam
+
+    def authenticate(self, bearer: str | None) -> Principal | None:
+        """Map a bearer token to its tenant; None for a missing, unknown or revoked key."""
+        if not bearer:
+            return None
+        if bearer.lower().startswith("bearer "):
+            bearer = bearer[7:].strip()
+        digest = hash_key(bearer)
+        if self._admin_hash is not None and hmac.compare_digest(digest, self._admin_hash):
+            return Principal(tenant_id=DEFAULT_TENANT, key_id=ENV_ADMIN_KEY_ID, is_admin=True)
+        if not bearer.startswith(KEY_PREFIX):
+            return None
+        now = time.monotonic()
+        cached = self._keys.get(digest)
+        if cached and cached[0] > now:
+            return cached[1]
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                sa.select(api_keys.c.id, api_keys.c.tenant_id, api_keys.c.is_admin, api_keys.c.revoked_at).where(
+                    api_keys.c.key_hash == digest
+                )
+            ).first()
+        principal = (
+            Principal(tenant_id=row.tenant_id, key_id=row.id, is_admin=bool(row.is_admin))
+            if row is not None and row.revoked_at is None
+            else None
+        )
+        with self._lock:
+            if len(self._keys) >= 10_000:
+                self._keys.clear()
+            # Misses are cached briefly too, so a flood of bad keys does not become a flood of queries.
+            self._keys[digest] = (now + (self.cache_ttl_s if principal else min(self.cache_ttl_s, 2.0)), principal)
+        return principal
+
+    def init_admin(self, tenant_id: str = DEFAULT_TENANT, *, actor: str = "cli") -> IssuedKey:
+        """First-run setup: the tenant (if missing) and an admin key for it."""
+        try:
+            self.get_tenant(tenant_id)
+        except NotFound:
+            self.create_tenant(tenant_id, actor=actor)
+        return self.issue_key(tenant_id, label="admin", is_admin=True, actor=actor)

@@ -1,0 +1,177 @@
+"""Proxy configuration: upstreams, model aliases, sessions, spool. Loaded from YAML or TOML.
+
+Secrets never live in the file: an upstream names the environment variable that holds its key,
+and `evolvable serve` resolves it through `evolvable.settings` (the one place that reads the environment).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from evolvable.errors import EvolvableError
+
+
+class ConfigError(EvolvableError):
+    """The proxy configuration is invalid."""
+
+
+class TokenCapture(StrEnum):
+    """Whether the proxy asks the upstream for engine token ids and logprobs (vLLM field names)."""
+
+    auto = "auto"  # ask; if the upstream rejects the fields with a 400, retry once without and remember
+    always = "always"
+    never = "never"
+
+
+@dataclass
+class UpstreamConfig:
+    name: str
+    base_url: str
+    api_key_env: str | None = None
+    api_key: str | None = None
+    """Resolved from `api_key_env` at startup; never read from the file."""
+    token_capture: TokenCapture = TokenCapture.auto
+    timeout_s: float = 600.0
+    connect_timeout_s: float = 10.0
+
+    def url(self, path: str) -> str:
+        """`path` starts with /v1/...; base_url may or may not end with /v1."""
+        base = self.base_url.rstrip("/")
+        if base.endswith("/v1") and path.startswith("/v1/"):
+            return base + path[3:]
+        return base + path
+
+
+@dataclass
+class ModelAlias:
+    upstream: str
+    served_model: str | None = None
+    """The model name sent upstream; None keeps the client's name."""
+
+
+@dataclass
+class ProxyConfig:
+    upstreams: list[UpstreamConfig] = field(default_factory=list)
+    models: dict[str, ModelAlias] = field(default_factory=dict)
+    default_upstream: str | None = None
+    session_idle_timeout_s: float = 1800.0
+    idle_sweep_interval_s: float = 5.0
+    spool_dir: Path = field(default_factory=lambda: Path(".evolvable") / "spool")
+    spool_fsync: str = "batch"
+    """`batch`: group commit, one fsync per write batch (default); `interval`: at most every
+    `spool_fsync_interval_s`; `none`: leave it to the OS (survives kill -9, not power loss)."""
+    spool_fsync_interval_s: float = 0.05
+    spool_queue_size: int = 4096
+    spool_segment_bytes: int = 16 * 1024 * 1024
+    backpressure_timeout_s: float = 30.0
+    writer_batch_size: int = 256
+    writer_idle_s: float = 0.02
+    max_body_bytes: int = 16 * 1024 * 1024
+    read_your_writes_timeout_s: float = 5.0
+
+    def upstream(self, name: str | None) -> UpstreamConfig:
+        wanted = name or self.default_upstream or (self.upstreams[0].name if self.upstreams else None)
+        for up in self.upstreams:
+            if up.name == wanted:
+                return up
+        raise ConfigError(f"unknown upstream {wanted!r}; configured: {[u.name for u in self.upstreams]}")
+
+    def validate(self) -> ProxyConfig:
+        if not self.upstreams:
+            raise ConfigError("no upstream configured: pass --upstream URL or name one in the config file")
+        names = [u.name for u in self.upstreams]
+        if len(names) != len(set(names)):
+            raise ConfigError(f"upstream names must be unique: {names}")
+        for alias, target in self.models.items():
+            if target.upstream not in names:
+                raise ConfigError(f"model alias {alias!r} points to unknown upstream {target.upstream!r}")
+        if self.default_upstream is not None and self.default_upstream not in names:
+            raise ConfigError(f"default_upstream {self.default_upstream!r} is not a configured upstream")
+        if self.spool_fsync not in ("batch", "interval", "none"):
+            raise ConfigError(f"spool_fsync must be batch, interval or none, not {self.spool_fsync!r}")
+        if self.max_body_bytes <= 0 or self.spool_queue_size <= 0:
+            raise ConfigError("max_body_bytes and spool_queue_size must be positive")
+        return self
+
+    @classmethod
+    def for_upstream(cls, base_url: str, **kwargs: Any) -> ProxyConfig:
+        """The one-upstream config `evolvable serve --upstream URL` uses."""
+        return cls(upstreams=[UpstreamConfig(name="default", base_url=base_url)], **kwargs).validate()
+
+
+_SCALAR_KEYS = {
+    "default_upstream": str,
+    "session_idle_timeout_s": float,
+    "idle_sweep_interval_s": float,
+    "spool_fsync": str,
+    "spool_fsync_interval_s": float,
+    "spool_queue_size": int,
+    "spool_segment_bytes": int,
+    "backpressure_timeout_s": float,
+    "writer_batch_size": int,
+    "writer_idle_s": float,
+    "max_body_bytes": int,
+    "read_your_writes_timeout_s": float,
+}
+
+
+def config_from_dict(data: dict[str, Any]) -> ProxyConfig:
+    """Build a config from parsed YAML/TOML. Unknown keys are errors (typos must not vanish)."""
+    data = dict(data)
+    cfg = ProxyConfig()
+    try:
+        for raw in data.pop("upstreams", []) or []:
+            raw = dict(raw)
+            up = UpstreamConfig(
+                name=str(raw.pop("name")),
+                base_url=str(raw.pop("base_url")),
+                api_key_env=raw.pop("api_key_env", None),
+                token_capture=TokenCapture(raw.pop("token_capture", "auto")),
+                timeout_s=float(raw.pop("timeout_s", raw.pop("timeout", 600.0))),
+                connect_timeout_s=float(raw.pop("connect_timeout_s", 10.0)),
+            )
+            if raw:
+                raise ConfigError(f"unknown keys in upstream {up.name!r}: {sorted(raw)}")
+            cfg.upstreams.append(up)
+        for alias, target in (data.pop("models", {}) or {}).items():
+            if isinstance(target, str):
+                cfg.models[alias] = ModelAlias(upstream=target)
+            else:
+                target = dict(target)
+                upstream, served = str(target.pop("upstream")), target.pop("model", None)
+                cfg.models[alias] = ModelAlias(upstream=upstream, served_model=served)
+                if target:
+                    raise ConfigError(f"unknown keys in model alias {alias!r}: {sorted(target)}")
+        if "spool_dir" in data:
+            cfg.spool_dir = Path(data.pop("spool_dir"))
+        for key, cast in _SCALAR_KEYS.items():
+            if key in data:
+                setattr(cfg, key, cast(data.pop(key)))
+    except (KeyError, TypeError, ValueError) as err:
+        raise ConfigError(f"invalid proxy config: {err!r}") from None
+    if data:
+        raise ConfigError(f"unknown keys in proxy config: {sorted(data)}")
+    return cfg
+
+
+def load_config(path: Path) -> ProxyConfig:
+    """Read a YAML (.yaml/.yml) or TOML (.toml) config file. Not validated yet (the CLI may add an upstream)."""
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise ConfigError(f"cannot read config {path}: {err}") from None
+    try:
+        data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as err:
+        raise ConfigError(f"cannot parse config {path}: {err}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config {path} must be a mapping at the top level")
+    if "proxy" in data and isinstance(data["proxy"], dict):
+        data = data["proxy"]
+    return config_from_dict(data)

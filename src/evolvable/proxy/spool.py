@@ -1,0 +1,427 @@
+"""A durable, append-only local spool: the capture path's first stop.
+
+Records are opaque bytes (orjson documents) framed as `<u32 length><u32 crc32><payload>` in numbered
+segment files (`000000000001.seg`, ...). One dedicated thread owns the files and writes whole batches
+with one `write` and, by policy, one `fdatasync` (group commit), so the event loop never blocks on disk.
+The queue in front of it is bounded: when it is full, callers wait (back-pressure) instead of memory
+growing without bound.
+
+The reader side (the background writer) reads from a durable checkpoint up to what has been written,
+and advances the checkpoint only after the store committed; applied segments are deleted promptly,
+because the spool holds content before governance has redacted it. A torn tail (a crash mid-write)
+fails its length or CRC check and is cut off on open.
+
+Positions are `(segment, offset)` tuples and compare in spool order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import queue
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from evolvable.errors import EvolvableError
+
+log = logging.getLogger("evolvable.proxy.spool")
+
+Position = tuple[int, int]
+_FRAME = struct.Struct("<II")
+_SUFFIX = ".seg"
+_CHECKPOINT = "checkpoint"
+_STOP = object()
+_ROTATE = object()
+
+
+class SpoolError(EvolvableError):
+    """The spool cannot be opened, written or purged."""
+
+
+class SpoolFull(SpoolError):
+    """The spool queue stayed full for longer than the back-pressure timeout."""
+
+
+def frame(payload: bytes) -> bytes:
+    return _FRAME.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+def _segment_name(seq: int) -> str:
+    return f"{seq:012d}{_SUFFIX}"
+
+
+def _scan(data: bytes, start: int = 0) -> Iterator[tuple[bytes, int]]:
+    """Valid records from `start`, each with the offset just past it; stops at a torn or corrupt frame."""
+    pos, end = start, len(data)
+    while pos + _FRAME.size <= end:
+        length, crc = _FRAME.unpack_from(data, pos)
+        body_start = pos + _FRAME.size
+        if body_start + length > end:
+            return
+        payload = data[body_start : body_start + length]
+        if zlib.crc32(payload) != crc:
+            return
+        pos = body_start + length
+        yield payload, pos
+
+
+class Spool:
+    """Durable append-only record log with a bounded write queue and a checkpointed reader."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        fsync: str = "batch",
+        fsync_interval_s: float = 0.05,
+        queue_size: int = 4096,
+        segment_bytes: int = 16 * 1024 * 1024,
+    ) -> None:
+        self.directory = Path(directory)
+        self.fsync = fsync
+        self.fsync_interval_s = fsync_interval_s
+        self.segment_bytes = segment_bytes
+        self._queue: queue.Queue[object] = queue.Queue(maxsize=queue_size)
+        self._cond = threading.Condition()
+        self._file_lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._lock_fd: int | None = None
+        self._fd: int | None = None
+        self._active_seq = 0
+        self._active_size = 0
+        self._end: Position = (0, 0)
+        self._enqueued = 0
+        self._written = 0
+        self._last_fsync = 0.0
+        self._error: BaseException | None = None
+        self.checkpoint: Position = (0, 0)
+        self.reader_lock = threading.Lock()
+        """Held by the background writer for one read -> store -> checkpoint cycle, and by `purge`."""
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def open(self) -> Spool:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = _acquire_dir_lock(self.directory)
+        self.checkpoint = self._load_checkpoint()
+        segments = self.segments()
+        for seq in segments:
+            if seq < self.checkpoint[0]:
+                (self.directory / _segment_name(seq)).unlink(missing_ok=True)
+        segments = [s for s in segments if s >= self.checkpoint[0]]
+        if segments:
+            self._truncate_torn_tail(segments[-1])
+        last = max([*segments, self.checkpoint[0]])
+        self._open_segment(last + 1)
+        self._thread = threading.Thread(target=self._run, name="evolvable-spool", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Write everything queued, then stop. Safe to call twice."""
+        if self._thread is not None:
+            self._queue.put(_STOP)
+            self._thread.join()
+            self._thread = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def __enter__(self) -> Spool:
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ appending
+
+    def append_nowait(self, payload: bytes) -> bool:
+        """Queue a record; False when the queue is full (the caller decides how to wait)."""
+        try:
+            self._queue.put_nowait(payload)
+        except queue.Full:
+            return False
+        self._enqueued += 1
+        return True
+
+    async def append(self, payload: bytes, timeout_s: float = 30.0) -> None:
+        """Queue a record from the event loop; waits (without blocking the loop) while the queue is full."""
+        if self.append_nowait(payload):
+            return
+        deadline = time.monotonic() + timeout_s
+        delay = 0.0005
+        while not self.append_nowait(payload):
+            if time.monotonic() > deadline:
+                raise SpoolFull(f"spool queue full for {timeout_s}s; the background writer is not keeping up")
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+    def append_blocking(self, payload: bytes, timeout_s: float = 30.0) -> None:
+        try:
+            self._queue.put(payload, timeout=timeout_s)
+        except queue.Full:
+            raise SpoolFull(f"spool queue full for {timeout_s}s") from None
+        self._enqueued += 1
+
+    def rotate(self) -> None:
+        """Ask the writer thread to start a new segment (so applied data can be deleted soon)."""
+        with contextlib.suppress(queue.Full):
+            self._queue.put_nowait(_ROTATE)
+
+    @property
+    def enqueued(self) -> int:
+        return self._enqueued
+
+    @property
+    def end(self) -> Position:
+        """Position just past the last record written to the files."""
+        with self._cond:
+            return self._end
+
+    def wait_written(self, count: int, timeout_s: float) -> Position | None:
+        """Block until `count` records were written; the end position then, or None on timeout."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while self._written < count:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                self._cond.wait(remaining)
+            return self._end
+
+    def wait_for_data(self, after: Position, timeout_s: float) -> bool:
+        """Block until something lies past `after` (True) or the timeout passes (False)."""
+        with self._cond:
+            if self._end > after:
+                return True
+            self._cond.wait(timeout_s)
+            return self._end > after
+
+    def _run(self) -> None:
+        stopping = False
+        while not stopping:
+            item = self._queue.get()
+            batch: list[bytes] = []
+            rotate = False
+            while True:
+                if item is _STOP:
+                    stopping = True
+                elif item is _ROTATE:
+                    rotate = True
+                else:
+                    batch.append(item)  # type: ignore[arg-type]
+                if stopping or len(batch) >= 1024:
+                    break
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+            try:
+                self._write_batch(batch, rotate or stopping)
+            except BaseException as err:  # disk full, I/O error: keep the thread alive, report loudly
+                self._error = err
+                log.exception("spool write failed; %d records not written", len(batch))
+
+    def _write_batch(self, batch: list[bytes], rotate: bool) -> None:
+        with self._file_lock:
+            if batch:
+                data = b"".join(frame(p) for p in batch)
+                view = memoryview(data)
+                assert self._fd is not None
+                while view:
+                    n = os.write(self._fd, view)
+                    view = view[n:]
+                self._active_size += len(data)
+                now = time.monotonic()
+                if self.fsync == "batch" or (
+                    self.fsync == "interval" and now - self._last_fsync >= self.fsync_interval_s
+                ):
+                    os.fdatasync(self._fd)
+                    self._last_fsync = now
+            end = (self._active_seq, self._active_size)
+            if (rotate and self._active_size > 0) or self._active_size >= self.segment_bytes:
+                self._open_segment(self._active_seq + 1)
+        with self._cond:
+            self._end = end
+            self._written += len(batch)
+            self._cond.notify_all()
+
+    def _open_segment(self, seq: int) -> None:
+        if self._fd is not None:
+            if self.fsync != "none":
+                os.fdatasync(self._fd)
+            os.close(self._fd)
+        path = self.directory / _segment_name(seq)
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self._active_seq, self._active_size = seq, os.fstat(self._fd).st_size
+        if self.fsync != "none":
+            _fsync_dir(self.directory)
+
+    # ------------------------------------------------------------------ reading (background writer)
+
+    def segments(self) -> list[int]:
+        out = []
+        for p in self.directory.glob(f"*{_SUFFIX}"):
+            with contextlib.suppress(ValueError):
+                out.append(int(p.name[: -len(_SUFFIX)]))
+        return sorted(out)
+
+    def read(self, start: Position, max_records: int) -> tuple[list[bytes], Position]:
+        """Up to `max_records` records after `start` (never past what was written), and the next position."""
+        end = self.end
+        records: list[bytes] = []
+        seq, offset = start
+        while len(records) < max_records and (seq, offset) < end:
+            if seq == end[0]:
+                limit = end[1]
+            else:
+                path = self.directory / _segment_name(seq)
+                limit = path.stat().st_size if path.exists() else 0
+            if offset >= limit:
+                later = [s for s in self.segments() if s > seq]
+                if not later:
+                    break
+                seq, offset = later[0], 0
+                continue
+            with open(self.directory / _segment_name(seq), "rb") as f:
+                f.seek(offset)
+                data = f.read(limit - offset)
+            scanned = 0
+            for payload, scanned in _scan(data):
+                records.append(payload)
+                if len(records) >= max_records:
+                    return records, (seq, offset + scanned)
+            offset += scanned
+            if offset < limit:  # a corrupt frame inside a closed segment: skip its remainder, loudly
+                log.error("spool segment %s is corrupt at offset %d; skipping its remainder", seq, offset)
+                offset = limit
+        return records, (seq, offset)
+
+    def save_checkpoint(self, position: Position) -> None:
+        """Durably record that everything before `position` is in the store; delete applied segments."""
+        tmp = self.directory / (_CHECKPOINT + ".tmp")
+        with open(tmp, "w") as f:
+            f.write(f"{position[0]} {position[1]}\n")
+            f.flush()
+            if self.fsync != "none":
+                os.fsync(f.fileno())
+        os.replace(tmp, self.directory / _CHECKPOINT)
+        with self._cond:
+            self.checkpoint = position
+            self._cond.notify_all()
+        for seq in self.segments():
+            if seq < position[0]:
+                (self.directory / _segment_name(seq)).unlink(missing_ok=True)
+
+    def wait_checkpoint(self, position: Position, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while self.checkpoint < position:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+            return True
+
+    def _load_checkpoint(self) -> Position:
+        path = self.directory / _CHECKPOINT
+        if not path.exists():
+            return (0, 0)
+        try:
+            seq, offset = path.read_text().split()
+            return (int(seq), int(offset))
+        except ValueError:
+            raise SpoolError(f"spool checkpoint {path} is unreadable; refusing to guess") from None
+
+    def _truncate_torn_tail(self, seq: int) -> None:
+        path = self.directory / _segment_name(seq)
+        data = path.read_bytes()
+        valid = _scanned_length(data)
+        if valid < len(data):
+            log.warning("spool segment %s: cutting a torn tail of %d bytes", path.name, len(data) - valid)
+            with open(path, "r+b") as f:
+                f.truncate(valid)
+                os.fsync(f.fileno())
+
+    # ------------------------------------------------------------------ purge (governance)
+
+    def purge(self, predicate: Callable[[bytes], bool]) -> int:
+        """Remove every not-yet-applied record for which `predicate(payload)` is true; returns how many.
+
+        Also drops already-applied records still on disk. Crash-safe: survivors are written to a new
+        segment before the checkpoint moves to it; a crash in between replays survivors, which the
+        store ignores by event id. Records still in the in-memory queue are written first, then purged.
+        """
+        count = self._enqueued
+        self.wait_written(count, timeout_s=60.0)
+        with self.reader_lock, self._file_lock:
+            old = [s for s in self.segments() if s >= self.checkpoint[0]]
+            target = self._active_seq + 1
+            self._open_segment(target + 1)  # new records go after the rewritten ones
+            removed, survivors = 0, []
+            for seq in old:
+                data = (self.directory / _segment_name(seq)).read_bytes()
+                start = self.checkpoint[1] if seq == self.checkpoint[0] else 0
+                for payload, _ in _scan(data, start):
+                    if predicate(payload):
+                        removed += 1
+                    else:
+                        survivors.append(payload)
+            tmp = self.directory / (_segment_name(target) + ".tmp")
+            with open(tmp, "wb") as f:
+                f.write(b"".join(frame(p) for p in survivors))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.directory / _segment_name(target))
+            _fsync_dir(self.directory)
+            with self._cond:
+                self._end = max(self._end, (self._active_seq, self._active_size))
+            self.save_checkpoint((target, 0))
+        return removed
+
+
+def _scanned_length(data: bytes) -> int:
+    """Bytes of `data` covered by valid frames (where a torn or corrupt tail starts)."""
+    valid = 0
+    for _payload, after in _scan(data):
+        valid = after
+    return valid
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _acquire_dir_lock(directory: Path) -> int:
+    fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise SpoolError(f"spool {directory} is in use by another process (a running proxy?)") from None
+    return fd
+
+
+def purge_spool(directory: Path, predicate: Callable[[bytes], bool]) -> int:
+    """Purge a spool no proxy is running on (for offline `evolvable purge`). A running proxy holds the
+    spool's lock; purge through its API instead (`app.state.proxy.purge_spool(...)`)."""
+    spool = Spool(directory, queue_size=1)
+    spool.open()
+    try:
+        return spool.purge(predicate)
+    finally:
+        spool.close()

@@ -1,0 +1,195 @@
+"""Applying ATDP events: idempotent, batched, one transaction per call.
+
+Order of work inside the transaction:
+1. claim event ids in `applied_events` (INSERT .. ON CONFLICT DO NOTHING RETURNING);
+   only newly claimed events are applied, so replays and in-batch duplicates are no-ops;
+2. headers: `trajectory_started` inserts the row, or fills in a placeholder;
+   any other event for an unknown trajectory creates a placeholder row first, so
+   nothing is lost when a step outruns its start (also across batches and writers);
+3. steps and signals: multi-row inserts, ON CONFLICT DO NOTHING on (trajectory, step/signal id);
+4. `trajectory_ended` events, in order (the last one wins; metadata merges).
+
+Steps and signals after the end are accepted (late feedback). Events for a
+trajectory that was purged are dropped: the ledger remembers its event ids.
+An event whose tenant differs from its trajectory's owner fails the whole call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+
+from evolvable.errors import StoreError
+from evolvable.protocol.models import (
+    SignalAttached,
+    StepAppended,
+    TrajectoryEnded,
+    TrajectoryStarted,
+    TrajectoryStatus,
+    utcnow,
+)
+from evolvable.store.rows import header_row, signal_row, step_row
+from evolvable.store.tables.trajectories import applied_events, signals, steps, trajectories
+
+AnyEvent = TrajectoryStarted | StepAppended | SignalAttached | TrajectoryEnded
+CHUNK = 2000
+"""Ids per IN (...) list: far below SQLite's and PostgreSQL's bind-parameter limits."""
+
+T = TypeVar("T")
+
+
+def chunked(items: Sequence[T], size: int = CHUNK) -> Iterator[Sequence[T]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def dialect_insert(conn: sa.Connection, table: sa.Table) -> Any:
+    """An INSERT that supports ON CONFLICT for the connection's dialect."""
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    return insert(table)
+
+
+def apply(conn: sa.Connection, events: Sequence[AnyEvent]) -> int:
+    """Apply events inside the caller's transaction; returns how many were new."""
+    batch = list({e.event_id: e for e in reversed(events)}.values())[::-1]  # first occurrence wins
+    if not batch:
+        return 0
+    trajectory_ids = list(dict.fromkeys(e.trajectory_id for e in batch))
+    existing = _existing(conn, trajectory_ids)
+    purged = _purged(conn, [t for t in trajectory_ids if t not in existing])
+    claimed = _claim(conn, batch)
+    new = [e for e in batch if e.event_id in claimed and e.trajectory_id not in purged]
+    if not new:
+        return 0
+    _check_tenants(new, {tid: row.tenant_id for tid, row in existing.items()})
+
+    starts: dict[str, TrajectoryStarted] = {}
+    for e in new:
+        if isinstance(e, TrajectoryStarted):
+            starts.setdefault(e.trajectory_id, e)
+    _write_headers(conn, starts, existing)
+    _write_placeholders(conn, [e for e in new if e.trajectory_id not in existing and e.trajectory_id not in starts])
+
+    step_rows = [step_row(e.trajectory_id, e.step) for e in new if isinstance(e, StepAppended)]
+    if step_rows:
+        conn.execute(dialect_insert(conn, steps).on_conflict_do_nothing(), step_rows)
+    signal_rows = [signal_row(e.trajectory_id, e.signal) for e in new if isinstance(e, SignalAttached)]
+    if signal_rows:
+        conn.execute(dialect_insert(conn, signals).on_conflict_do_nothing(), signal_rows)
+    _write_ends(conn, [e for e in new if isinstance(e, TrajectoryEnded)])
+    return len(new)
+
+
+def _existing(conn: sa.Connection, ids: Sequence[str]) -> dict[str, sa.Row[Any]]:
+    out: dict[str, sa.Row[Any]] = {}
+    t = trajectories.c
+    for part in chunked(ids):
+        for row in conn.execute(
+            sa.select(t.id, t.tenant_id, t.placeholder, t.status, t.ended_at, t.header).where(t.id.in_(part))
+        ):
+            out[row.id] = row
+    return out
+
+
+def _purged(conn: sa.Connection, missing: Sequence[str]) -> set[str]:
+    """Trajectories that had events applied but no longer exist: they were deleted on purpose."""
+    out: set[str] = set()
+    for part in chunked(missing):
+        query = sa.select(applied_events.c.trajectory_id).where(applied_events.c.trajectory_id.in_(part)).distinct()
+        out.update(conn.scalars(query))
+    return out
+
+
+def _claim(conn: sa.Connection, batch: Sequence[AnyEvent]) -> set[str]:
+    now = utcnow()
+    rows = [{"event_id": e.event_id, "trajectory_id": e.trajectory_id, "applied_at": now} for e in batch]
+    stmt = dialect_insert(conn, applied_events).on_conflict_do_nothing().returning(applied_events.c.event_id)
+    return set(conn.scalars(stmt, rows))
+
+
+def _check_tenants(events: Iterable[AnyEvent], owners: dict[str, str]) -> None:
+    ordered = sorted(events, key=lambda e: not isinstance(e, TrajectoryStarted))  # starts name the owner first
+    for e in ordered:
+        if isinstance(e, TrajectoryStarted) and e.header.tenant_id != e.tenant_id:
+            raise StoreError(
+                f"event {e.event_id}: header tenant {e.header.tenant_id!r} != event tenant {e.tenant_id!r}"
+            )
+        owner = owners.setdefault(e.trajectory_id, e.tenant_id)
+        if owner != e.tenant_id:
+            raise StoreError(
+                f"event {e.event_id} of tenant {e.tenant_id!r} targets trajectory {e.trajectory_id} of another tenant"
+            )
+
+
+def _write_headers(conn: sa.Connection, starts: dict[str, TrajectoryStarted], existing: dict[str, sa.Row[Any]]) -> None:
+    fresh = [header_row(e.header) for tid, e in starts.items() if tid not in existing]
+    inserted: set[str] = set()
+    if fresh:
+        stmt = dialect_insert(conn, trajectories).on_conflict_do_nothing().returning(trajectories.c.id)
+        inserted = set(conn.scalars(stmt, fresh))
+    raced = [row["id"] for row in fresh if row["id"] not in inserted]  # another writer made it meanwhile
+    rows = dict(existing) | _existing(conn, raced)
+    for tid, e in starts.items():
+        row = rows.get(tid)
+        if row is not None and row.placeholder:
+            _fill_placeholder(conn, row, e)
+
+
+def _fill_placeholder(conn: sa.Connection, row: sa.Row[Any], start: TrajectoryStarted) -> None:
+    values = header_row(start.header)
+    if row.status != TrajectoryStatus.running.value:  # the end event came before the start
+        values["status"], values["ended_at"] = row.status, row.ended_at
+    values["header"]["metadata"] = {**values["header"].get("metadata", {}), **row.header.get("metadata", {})}
+    values.pop("id")
+    conn.execute(sa.update(trajectories).where(trajectories.c.id == row.id).values(**values))
+
+
+def _write_placeholders(conn: sa.Connection, orphans: Sequence[AnyEvent]) -> None:
+    first: dict[str, AnyEvent] = {}
+    earliest: dict[str, datetime] = {}
+    for e in orphans:
+        first.setdefault(e.trajectory_id, e)
+        earliest[e.trajectory_id] = min(earliest.get(e.trajectory_id, e.occurred_at), e.occurred_at)
+    if not first:
+        return
+    rows = [
+        {
+            "id": tid,
+            "tenant_id": e.tenant_id,
+            "agent": "default",
+            "status": TrajectoryStatus.running.value,
+            "started_at": earliest[tid],
+            "placeholder": True,
+            "header": {},
+        }
+        for tid, e in first.items()
+    ]
+    conn.execute(dialect_insert(conn, trajectories).on_conflict_do_nothing(), rows)
+
+
+def _write_ends(conn: sa.Connection, ends: Sequence[TrajectoryEnded]) -> None:
+    if not ends:
+        return
+    t = trajectories.c
+    final: dict[str, dict[str, Any]] = {}
+    ids = list(dict.fromkeys(e.trajectory_id for e in ends))
+    for part in chunked(ids):
+        for row in conn.execute(sa.select(t.id, t.header).where(t.id.in_(part))):
+            final[row.id] = {"b_id": row.id, "b_header": dict(row.header)}
+    for e in ends:
+        values = final[e.trajectory_id]
+        values["b_status"], values["b_ended_at"] = e.status.value, e.ended_at
+        if e.metadata:
+            values["b_header"]["metadata"] = {**values["b_header"].get("metadata", {}), **e.metadata}
+    stmt = (
+        sa.update(trajectories)
+        .where(t.id == sa.bindparam("b_id"))
+        .values(status=sa.bindparam("b_status"), ended_at=sa.bindparam("b_ended_at"), header=sa.bindparam("b_header"))
+    )
+    conn.execute(stmt, list(final.values()))

@@ -1,0 +1,1 @@
+"""Alembic migrations of the store (one chain for every component's tables)."""

@@ -1,0 +1,518 @@
+"""The training loop: decoupled PPO on LoRA adapters, one file, top to bottom, on `accelerate`.
+
+The same code runs on one CPU, one GPU, or many GPUs and nodes:
+
+    python -m evolvable.trainer.loop --config job.yaml --samples samples.jsonl           # one process
+    torchrun --nproc_per_node 2 -m evolvable.trainer.loop --config job.yaml ...          # CPU, gloo
+    accelerate launch --config_file fsdp.yaml -m evolvable.trainer.loop --config ...     # GPUs, FSDP
+
+The distributed engine is accelerate's (DDP, FSDP or DeepSpeed as configured); this file only
+shards the sequences across processes and normalises the loss per token over the whole optimizer
+step. The job directory (`output_dir`) must be on a filesystem every process sees.
+
+Per PPO iteration (`rollout_batch_size` sequences):
+  1. proximal logprobs: a no-grad forward pass of the current policy (and, with kl_coef > 0, of the
+     reference = the base model with the adapter disabled);
+  2. `ppo_epochs` passes of micro-batches -> decoupled PPO loss (loss.py) -> optimizer steps;
+  3. a checkpoint (adapter weights, optimizer, RNG, progress, baselines) every `checkpoint_interval`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import shutil
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from evolvable.errors import TrainingError
+from evolvable.trainer.advantages import RunningBaselines
+from evolvable.trainer.config import RLConfig
+from evolvable.trainer.samples import (
+    SampleStats,
+    SamplesSource,
+    TrainingSample,
+    build_training_set,
+    describe_source,
+    iter_trajectories,
+    read_samples_jsonl,
+    write_samples_jsonl,
+)
+
+if TYPE_CHECKING:
+    import torch
+    from accelerate import Accelerator
+
+__all__ = ["TrainingResult", "load_policy_model", "run_training_job", "train_on_samples"]
+
+TINY_MODEL = "tiny-random-llama"
+
+
+@dataclass
+class TrainingResult:
+    """What a job produced. `adapter_dir` is None on non-main processes and when nothing was trained."""
+
+    output_dir: str
+    adapter_dir: str | None
+    optimizer_steps: int
+    iterations: int
+    sample_stats: dict[str, Any]
+    metrics: dict[str, float]
+    baselines: dict[str, Any]
+    data: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    resumed_from: str | None = None
+
+
+class JobState:
+    """Progress and baselines, saved inside every accelerate checkpoint (register_for_checkpointing)."""
+
+    def __init__(self, baselines: RunningBaselines) -> None:
+        self.iteration = 0
+        self.optimizer_steps = 0
+        self.tokens = 0
+        self.baselines = baselines
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "iteration": self.iteration,
+            "optimizer_steps": self.optimizer_steps,
+            "tokens": self.tokens,
+            "baselines": self.baselines.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.iteration = int(state["iteration"])
+        self.optimizer_steps = int(state["optimizer_steps"])
+        self.tokens = int(state["tokens"])
+        self.baselines.load_state_dict(state["baselines"])
+
+
+# ----------------------------------------------------------------------------- model
+
+
+def load_policy_model(config: RLConfig) -> torch.nn.Module:
+    """The base model to put LoRA on: an embedded model, a local directory, or the tiny test model."""
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+
+    if config.base_model == TINY_MODEL:
+        torch.manual_seed(1234)  # identical on every process, whatever the job's seed
+        tiny = LlamaConfig(
+            vocab_size=256,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=512,
+            tie_word_embeddings=True,
+        )
+        model = LlamaForCausalLM(tiny)
+    elif Path(config.base_model).is_dir():
+        model = AutoModelForCausalLM.from_pretrained(config.base_model, dtype=torch.float32, local_files_only=True)
+    else:
+        from evolvable.policy_server.model_loading import load_base_model
+
+        model, _ = load_base_model(config.base_model)
+    model.config.use_cache = False
+    return model
+
+
+def _with_adapter(model: torch.nn.Module, config: RLConfig) -> torch.nn.Module:
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    if config.init_adapter:
+        return PeftModel.from_pretrained(model, config.init_adapter, is_trainable=True)
+    lora = LoraConfig(
+        r=config.lora_r,
+        lora_alpha=config.lora_alpha,
+        lora_dropout=config.lora_dropout,
+        target_modules=list(config.lora_targets),
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, lora)
+
+
+# ----------------------------------------------------------------------------- batches
+
+
+def _collate(samples: list[TrainingSample], device: torch.device) -> dict[str, torch.Tensor]:
+    """Right-pad a micro-batch. Padding has attention 0 and loss mask 0, so it contributes nothing."""
+    import torch
+
+    width = max(len(s.input_ids) for s in samples)
+
+    def pad(rows: list[list[Any]], value: float, dtype: torch.dtype) -> torch.Tensor:
+        return torch.tensor([r + [value] * (width - len(r)) for r in rows], dtype=dtype, device=device)
+
+    return {
+        "input_ids": pad([s.input_ids for s in samples], 0, torch.long),
+        "attention_mask": pad([[1] * len(s.input_ids) for s in samples], 0, torch.long),
+        "loss_mask": pad([s.loss_mask for s in samples], 0, torch.float32),
+        "behaviour_logprobs": pad([s.behaviour_logprobs for s in samples], 0.0, torch.float32),
+        "advantages": pad([s.advantages for s in samples], 0.0, torch.float32),
+        "token_weights": pad([[s.weight] * len(s.input_ids) for s in samples], 0.0, torch.float32),
+    }
+
+
+def _padding_sample(like: TrainingSample) -> TrainingSample:
+    """A sequence that keeps every process stepping in lockstep but has no loss (mask all 0)."""
+    n = len(like.input_ids)
+    return TrainingSample(
+        sample_id="padding",
+        trajectory_id="padding",
+        input_ids=list(like.input_ids),
+        loss_mask=[0] * n,
+        behaviour_logprobs=[0.0] * n,
+        advantages=[0.0] * n,
+        weight=0.0,
+    )
+
+
+def _iteration_plan(n_samples: int, config: RLConfig, world: int) -> list[list[int]]:
+    """Sample indices per PPO iteration over all epochs, in a seeded order every process agrees on."""
+    plan: list[list[int]] = []
+    for epoch in range(config.epochs):
+        order = list(range(n_samples))
+        random.Random(config.seed * 1_000_003 + epoch).shuffle(order)
+        plan += [order[i : i + config.rollout_batch_size] for i in range(0, n_samples, config.rollout_batch_size)]
+    return plan
+
+
+def _rank_share(indices: list[int], samples: list[TrainingSample], config: RLConfig, rank: int, world: int):
+    """This process's sequences of one iteration, padded to whole optimizer steps on every process."""
+    per_step = config.micro_batch_size * config.grad_accum_steps
+    per_rank = math.ceil(len(indices) / world)
+    per_rank = math.ceil(per_rank / per_step) * per_step
+    mine = [samples[i] for i in indices[rank::world]]
+    # Longest-first within the share keeps micro-batches of similar length (less padding).
+    mine.sort(key=lambda s: len(s.input_ids), reverse=True)
+    return mine + [_padding_sample(samples[indices[0]])] * (per_rank - len(mine))
+
+
+def _sequence_logprobs(model, batch: dict[str, torch.Tensor], temperature: float) -> torch.Tensor:
+    from evolvable.trainer.loss import token_logprobs
+
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    return token_logprobs(logits, batch["input_ids"], temperature)
+
+
+# ----------------------------------------------------------------------------- the loop
+
+
+def train_on_samples(
+    samples: list[TrainingSample],
+    config: RLConfig,
+    *,
+    job_state: JobState,
+    accelerator: Accelerator,
+    resume_dir: Path | None = None,
+) -> tuple[Any, dict[str, float]]:
+    """Train a LoRA adapter on prepared samples; returns (prepared model, summary metrics)."""
+    import torch
+    from accelerate.utils import set_seed
+
+    from evolvable.trainer.loss import decoupled_ppo_loss
+
+    set_seed(config.seed)
+    out = Path(config.output_dir)
+    model = _with_adapter(load_policy_model(config), config)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=config.lr, weight_decay=config.weight_decay)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    unwrapped = accelerator.unwrap_model(model)
+    trainable_names = {name for name, p in model.named_parameters() if p.requires_grad}
+
+    def keep_only_adapter(models: list, weights: list[dict], _dir: str) -> None:
+        # Checkpoints hold the adapter, not a copy of the frozen base model.
+        for i, state in enumerate(weights):
+            weights[i] = {k: v for k, v in state.items() if k in trainable_names}
+
+    accelerator.register_save_state_pre_hook(keep_only_adapter)
+    accelerator.register_for_checkpointing(job_state)
+    if resume_dir is not None:
+        accelerator.load_state(str(resume_dir), strict=False)
+
+    rank, world = accelerator.process_index, accelerator.num_processes
+    plan = _iteration_plan(len(samples), config, world)
+    steps_per_iteration = [
+        config.ppo_epochs * len(_rank_share(ix, samples, config, rank, world)) // config.micro_batch_size
+        for ix in plan
+    ]
+    metrics_path = out / "metrics.jsonl"
+    totals: dict[str, float] = {"tokens": 0.0, "seconds": 0.0, "loss": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0}
+    totals["steps"] = 0.0
+    started = time.perf_counter()
+
+    progress, task = _progress(accelerator, config, total=sum(steps_per_iteration))
+    if progress is not None:
+        progress.update(task, completed=sum(steps_per_iteration[: job_state.iteration]))
+    with progress or nullcontext():
+        for iteration in range(job_state.iteration, len(plan)):
+            iteration_start = time.perf_counter()
+            share = _rank_share(plan[iteration], samples, config, rank, world)
+            micro = [
+                _collate(share[i : i + config.micro_batch_size], accelerator.device)
+                for i in range(0, len(share), config.micro_batch_size)
+            ]
+            # 1. Proximal (and reference) logprobs under the policy as it is now, without gradient.
+            model.eval()
+            with torch.no_grad():
+                for batch in micro:
+                    batch["proximal_logprobs"] = _sequence_logprobs(model, batch, config.temperature)
+                    if config.kl_coef > 0:
+                        with unwrapped.disable_adapter():
+                            batch["ref_logprobs"] = _sequence_logprobs(model, batch, config.temperature)
+            model.train()
+            # 2. PPO epochs over the iteration's sequences, grad_accum micro-batches per optimizer step.
+            for _ in range(config.ppo_epochs):
+                for first in range(0, len(micro), config.grad_accum_steps):
+                    group = micro[first : first + config.grad_accum_steps]
+                    local = torch.tensor(
+                        [
+                            sum(float(b["loss_mask"].sum()) for b in group),
+                            sum(float(b["attention_mask"].sum()) for b in group),
+                        ],
+                        device=accelerator.device,
+                        dtype=torch.float64,
+                    )
+                    generated_tokens, sequence_tokens = accelerator.reduce(local, reduction="sum").tolist()
+                    # DDP averages gradients over processes and accelerate divides by grad_accum_steps;
+                    # this normaliser undoes both so the step's loss is a mean over its generated tokens.
+                    normaliser = max(generated_tokens, 1.0) / (world * config.grad_accum_steps)
+                    sums = torch.zeros(7, device=accelerator.device, dtype=torch.float64)
+                    for batch in group:
+                        with accelerator.accumulate(model):
+                            logprobs = _sequence_logprobs(model, batch, config.temperature)
+                            result = decoupled_ppo_loss(
+                                logprobs,
+                                batch["proximal_logprobs"],
+                                batch["behaviour_logprobs"],
+                                batch["advantages"],
+                                batch["loss_mask"],
+                                clip_eps=config.clip_eps,
+                                clip_eps_high=config.clip_eps_high,
+                                behaviour_cap=config.behaviour_cap,
+                                ref_logprobs=batch.get("ref_logprobs"),
+                                kl_coef=config.kl_coef,
+                                token_weights=batch["token_weights"],
+                                normaliser=normaliser,
+                            )
+                            accelerator.backward(result.loss)
+                            if accelerator.sync_gradients and config.max_grad_norm > 0:
+                                accelerator.clip_grad_norm_(trainable, config.max_grad_norm)
+                            optimizer.step()
+                            optimizer.zero_grad()
+                        sums += torch.tensor(
+                            [
+                                float(result.loss.detach()) * normaliser,
+                                result.policy_loss_sum,
+                                result.kl_ref_sum,
+                                result.clipped_tokens,
+                                result.approx_kl_sum,
+                                result.behaviour_weight_sum,
+                                result.capped_tokens,
+                            ],
+                            dtype=torch.float64,
+                            device=accelerator.device,
+                        )
+                        if progress is not None:
+                            progress.advance(task)
+                    sums = accelerator.reduce(sums, reduction="sum")
+                    job_state.optimizer_steps += 1
+                    job_state.tokens += int(sequence_tokens)
+                    n = max(generated_tokens, 1.0)
+                    elapsed = time.perf_counter() - started
+                    record = {
+                        "step": job_state.optimizer_steps,
+                        "iteration": iteration,
+                        "loss": float(sums[0]) / n,
+                        "policy_loss": float(sums[1]) / n,
+                        "kl_ref": float(sums[2]) / n,
+                        "clip_fraction": float(sums[3]) / n,
+                        "approx_kl": float(sums[4]) / n,
+                        "behaviour_weight": float(sums[5]) / n,
+                        "capped_fraction": float(sums[6]) / n,
+                        "generated_tokens": int(generated_tokens),
+                        "tokens": int(sequence_tokens),
+                        "tokens_per_s": job_state.tokens / elapsed if elapsed > 0 else 0.0,
+                        "lr": config.lr,
+                    }
+                    totals["steps"] += 1
+                    for key in ("loss", "clip_fraction", "approx_kl"):
+                        totals[key] += record[key]
+                    totals["tokens"] += sequence_tokens
+                    if accelerator.is_main_process:
+                        with metrics_path.open("a") as handle:
+                            handle.write(json.dumps(record) + "\n")
+            job_state.iteration = iteration + 1
+            totals["seconds"] += time.perf_counter() - iteration_start
+            interval = config.checkpoint_interval
+            if interval > 0 and job_state.iteration % interval == 0 and job_state.iteration < len(plan):
+                _checkpoint(accelerator, out, job_state.iteration, config.keep_checkpoints)
+
+    steps = max(totals["steps"], 1.0)
+    summary = {
+        "optimizer_steps": float(job_state.optimizer_steps),
+        "loss_mean": totals["loss"] / steps,
+        "clip_fraction_mean": totals["clip_fraction"] / steps,
+        "approx_kl_mean": totals["approx_kl"] / steps,
+        "train_tokens": totals["tokens"],
+        "train_seconds": totals["seconds"],
+        "tokens_per_s": totals["tokens"] / totals["seconds"] if totals["seconds"] > 0 else 0.0,
+    }
+    return model, summary
+
+
+def _progress(accelerator: Accelerator, config: RLConfig, total: int):
+    if not (config.progress and accelerator.is_main_process):
+        return None, None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(
+        TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(), TextColumn("micro-batches"), TimeElapsedColumn()
+    )
+    return progress, progress.add_task("train", total=total)
+
+
+def _checkpoint(accelerator: Accelerator, out: Path, iteration: int, keep: int) -> None:
+    target = out / "checkpoints" / f"iter_{iteration:06d}"
+    accelerator.save_state(str(target))
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        (target / "COMPLETE").write_text("ok\n")  # a crash mid-save leaves no marker: never resumed from
+        for old in _checkpoints(out)[:-keep] if keep > 0 else []:
+            shutil.rmtree(old, ignore_errors=True)
+    accelerator.wait_for_everyone()
+
+
+def _checkpoints(out: Path) -> list[Path]:
+    root = out / "checkpoints"
+    return sorted(p for p in root.glob("iter_*") if (p / "COMPLETE").is_file()) if root.is_dir() else []
+
+
+# ----------------------------------------------------------------------------- the job API
+
+
+def run_training_job(
+    config: RLConfig,
+    samples_source: SamplesSource | None = None,
+    *,
+    resume: bool | str = False,
+    baselines: dict[str, Any] | None = None,
+    accelerator: Accelerator | None = None,
+) -> TrainingResult:
+    """Build the training set from `samples_source`, train, save the adapter; the control plane calls this.
+
+    `resume=True` (or a job directory) continues from the latest checkpoint of that job directory,
+    re-using its frozen training set (`samples.jsonl`), so a resumed job trains on exactly the same
+    data with the same advantages. `baselines` seeds the per-cluster reward baselines (e.g. the
+    previous job's `TrainingResult.baselines`).
+    """
+    import torch
+    from accelerate import Accelerator
+
+    if isinstance(resume, str):
+        config.output_dir = resume
+    out = Path(config.output_dir)
+    accelerator = accelerator or Accelerator(
+        cpu=not torch.cuda.is_available(),
+        mixed_precision=config.mixed_precision,
+        gradient_accumulation_steps=config.grad_accum_steps,
+    )
+    accelerator.gradient_accumulation_steps = config.grad_accum_steps
+    samples_file, stats_file = out / "samples.jsonl", out / "samples_stats.json"
+    running = RunningBaselines(rate=config.baseline_ema)
+    if baselines:
+        running.load_state_dict(baselines)
+    checkpoint = _checkpoints(out)[-1] if resume and _checkpoints(out) else None
+    if resume and not samples_file.is_file():
+        raise TrainingError(f"cannot resume: {samples_file} does not exist (was the job started there?)")
+
+    if not resume:
+        if samples_source is None:
+            raise TrainingError("a training job needs a samples source (store filter, file or dataset)")
+        if samples_file.exists() or _checkpoints(out):
+            raise TrainingError(f"{out} already holds a job; resume it or choose another output_dir")
+        accelerator.wait_for_everyone()  # every process checked before the main one writes
+        if accelerator.is_main_process:
+            out.mkdir(parents=True, exist_ok=True)
+            samples, stats = build_training_set(iter_trajectories(samples_source), config, running)
+            write_samples_jsonl(samples, samples_file)
+            stats_file.write_text(
+                json.dumps(
+                    {"stats": stats.to_dict(), "baselines": running.state_dict(), "data": describe_source(samples_source)}
+                )
+            )
+            (out / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
+        accelerator.wait_for_everyone()
+    saved = json.loads(stats_file.read_text())
+    running.load_state_dict(saved["baselines"])
+    samples = read_samples_jsonl(samples_file)
+    stats = SampleStats(**{k: v for k, v in saved["stats"].items() if k in SampleStats.__dataclass_fields__})
+    job_state = JobState(running)
+    if not samples:
+        return TrainingResult(
+            output_dir=str(out),
+            adapter_dir=None,
+            optimizer_steps=0,
+            iterations=0,
+            sample_stats=saved["stats"],
+            metrics={},
+            baselines=running.state_dict(),
+            data=saved.get("data", {}),
+            config=config.to_dict(),
+        )
+    model, summary = train_on_samples(samples, config, job_state=job_state, accelerator=accelerator, resume_dir=checkpoint)
+    adapter_dir = out / "adapter"
+    state = accelerator.get_state_dict(model)  # a collective under FSDP: every process calls it
+    if accelerator.is_main_process:
+        accelerator.unwrap_model(model).save_pretrained(str(adapter_dir), state_dict=state)
+        (out / "job_state.json").write_text(json.dumps(job_state.state_dict()))
+    accelerator.wait_for_everyone()
+    return TrainingResult(
+        output_dir=str(out),
+        adapter_dir=str(adapter_dir) if accelerator.is_main_process else None,
+        optimizer_steps=job_state.optimizer_steps,
+        iterations=job_state.iteration,
+        sample_stats=stats.to_dict(),
+        metrics=summary,
+        baselines=running.state_dict(),
+        data=saved.get("data", {}),
+        config=config.to_dict(),
+        resumed_from=str(checkpoint) if checkpoint else None,
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point for `torchrun` / `accelerate launch`: a config file and a source."""
+    parser = argparse.ArgumentParser(description="Evolvable RL trainer (decoupled PPO, LoRA).")
+    parser.add_argument("--config", help="YAML or TOML RLConfig file")
+    parser.add_argument("--from-file", help="ATDP trajectories JSONL")
+    parser.add_argument("--db", help="store URL; trains on its trajectories (all, or --agent)")
+    parser.add_argument("--agent", help="only this agent's trajectories (with --db)")
+    parser.add_argument("--output-dir", help="override output_dir")
+    parser.add_argument("--resume", action="store_true", help="continue the job in output_dir")
+    args = parser.parse_args(argv)
+    overrides = {"output_dir": args.output_dir} if args.output_dir else {}
+    config = RLConfig.from_file(args.config, **overrides) if args.config else RLConfig(**overrides)
+    from evolvable.trainer.samples import FileSource, StoreSource
+
+    source: SamplesSource | None = None
+    if args.from_file:
+        source = FileSource(args.from_file)
+    elif args.db:
+        source = StoreSource(args.db, {"agent": args.agent} if args.agent else None)
+    result = run_training_job(config, source, resume=args.resume)
+    if result.adapter_dir:
+        print(json.dumps({"adapter_dir": result.adapter_dir, "metrics": result.metrics}))
+
+
+if __name__ == "__main__":
+    main()
