@@ -1,15 +1,15 @@
 """The one exception tree of Evolvable. Third-party errors are translated at the boundary.
 
-    EvolvableError
-    ├── ProtocolError          invalid ATDP data (carries readable, located reasons)
-    ├── ConversionError        an input cannot be converted to or from ATDP
-    ├── StoreError             the store cannot be opened, migrated or written
-    │   └── NotFound           a record does not exist (or belongs to another tenant)
-    ├── GovernanceError        redaction, consent, retention or purge failed
-    │   └── RedactionFailed    a redaction stage raised; content is stored as a marker
-    ├── UpstreamError          the model server failed, timed out or answered nonsense
-    ├── ControlError           the control plane refused or failed an action
-    └── TrainingError          a training job cannot run or failed
+EvolvableError
+├── ProtocolError          invalid ATDP data (carries readable, located reasons)
+├── ConversionError        an input cannot be converted to or from ATDP
+├── StoreError             the store cannot be opened, migrated or written
+│   └── NotFound           a record does not exist (or belongs to another tenant)
+├── GovernanceError        redaction, consent, retention or purge failed
+│   └── RedactionFailed    a redaction stage raised; content is stored as a marker
+├── UpstreamError          the model server failed, timed out or answered nonsense
+├── ControlError           the control plane refused or failed an action
+└── TrainingError          a training job cannot run or failed
 """
 
 from __future__ import annotations

@@ -43,3 +43,8 @@ class Settings:
 
 def get_settings() -> Settings:
     return Settings()
+
+
+def env_value(name: str) -> str | None:
+    """A named environment variable (e.g. the upstream API key a proxy config refers to)."""
+    return os.environ.get(name)

@@ -59,5 +59,6 @@ def main() -> None:
         err_console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False)
         raise SystemExit(2) from None
 
+
 if __name__ == "__main__":
     main()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import sqlalchemy as sa
@@ -20,6 +21,11 @@ from evolvable.control.registry import now, utc, write_transaction
 from evolvable.errors import NotFound
 from evolvable.protocol.models import new_id
 from evolvable.store.tables.registry import control_decisions, control_rollouts
+
+
+def jsonable(value: Any) -> Any:
+    """Plain JSON types only (numpy scalars and tuples from the statistics become floats and lists)."""
+    return json.loads(json.dumps(value, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
 
 
 def _decision(row: Any) -> Decision:
@@ -90,8 +96,8 @@ class Journal:
                     lever=lever.value,
                     state=state.value,
                     rationale=rationale,
-                    evidence=evidence or {},
-                    predicted=predicted or {},
+                    evidence=jsonable(evidence or {}),
+                    predicted=jsonable(predicted or {}),
                     baseline_version=baseline_version,
                     gates={},
                     requires_approval=requires_approval,
@@ -102,7 +108,7 @@ class Journal:
         return self.decision(decision_id)
 
     def update_decision(self, decision_id: str, **values: Any) -> Decision:
-        clean = {k: (v.value if hasattr(v, "value") else v) for k, v in values.items()}
+        clean = {k: (v.value if hasattr(v, "value") else jsonable(v)) for k, v in values.items()}
         with write_transaction(self.engine) as conn:
             result = conn.execute(
                 control_decisions.update()
@@ -189,6 +195,8 @@ class Journal:
 
     def update_rollout(self, rollout_id: str, **values: Any) -> Rollout:
         clean = {k: (v.value if hasattr(v, "value") else v) for k, v in values.items()}
+        if "analyses" in clean:
+            clean["analyses"] = jsonable(clean["analyses"])
         with write_transaction(self.engine) as conn:
             conn.execute(control_rollouts.update().where(control_rollouts.c.id == rollout_id).values(**clean))
         return self.rollout(rollout_id)

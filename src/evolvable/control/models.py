@@ -29,7 +29,7 @@ TRANSITIONS: dict[VersionState, frozenset[VersionState]] = {
     VersionState.candidate: frozenset({VersionState.canary, VersionState.active, VersionState.rejected}),
     VersionState.canary: frozenset({VersionState.active, VersionState.rejected, VersionState.candidate}),
     VersionState.active: frozenset({VersionState.retired}),
-    VersionState.retired: frozenset({VersionState.active, VersionState.candidate}),
+    VersionState.retired: frozenset({VersionState.active, VersionState.candidate, VersionState.rejected}),
     VersionState.rejected: frozenset({VersionState.active, VersionState.candidate}),
 }
 

@@ -9,10 +9,10 @@ Every state change is checked against `TRANSITIONS` and logged in `registry_tran
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterator
-from contextlib import contextmanager
 import hashlib
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -278,7 +278,9 @@ class Registry:
 
     # ------------------------------------------------------------------ state changes
 
-    def transition(self, version_id: str, to_state: VersionState, *, reason: str = "", actor: str = "user") -> VersionRecord:
+    def transition(
+        self, version_id: str, to_state: VersionState, *, reason: str = "", actor: str = "user"
+    ) -> VersionRecord:
         """Move one version along the transition table. Promoting to active retires the previous active."""
         with write_transaction(self.engine) as conn:
             record = self._get(conn, version_id, lock=True)
@@ -302,7 +304,9 @@ class Registry:
         """Make any earlier version active again in one step (the current active is retired)."""
         return self.transition(version_id, VersionState.active, reason=reason, actor=actor)
 
-    def _move(self, conn: Connection, record: VersionRecord, to_state: VersionState, *, reason: str, actor: str) -> None:
+    def _move(
+        self, conn: Connection, record: VersionRecord, to_state: VersionState, *, reason: str, actor: str
+    ) -> None:
         if record.state == to_state:
             return
         if to_state not in TRANSITIONS[record.state]:
@@ -320,7 +324,9 @@ class Registry:
                 self._set_state(conn, occupant, VersionState.retired, f"replaced by {record.id}", actor)
         self._set_state(conn, record, to_state, reason, actor)
 
-    def _set_state(self, conn: Connection, record: VersionRecord, to_state: VersionState, reason: str, actor: str) -> None:
+    def _set_state(
+        self, conn: Connection, record: VersionRecord, to_state: VersionState, reason: str, actor: str
+    ) -> None:
         conn.execute(
             registry_versions.update()
             .where(registry_versions.c.id == record.id)
@@ -394,7 +400,11 @@ def diff_harnesses(a: Harness, b: Harness) -> dict[str, Any]:
 
     prompt_diff = list(
         difflib.unified_diff(
-            a.system_prompt.splitlines(), b.system_prompt.splitlines(), "A/system_prompt", "B/system_prompt", lineterm=""
+            a.system_prompt.splitlines(),
+            b.system_prompt.splitlines(),
+            "A/system_prompt",
+            "B/system_prompt",
+            lineterm="",
         )
     )
     tools_a, tools_b = by_key(a.tools, "name"), by_key(b.tools, "name")
@@ -430,7 +440,9 @@ def render_diff(diff: dict[str, Any]) -> str:
         d = diff[comp]
         if d["added"] or d["removed"] or d["changed"]:
             lines.append(f"== {comp}")
-            lines += [f"+ {k}" for k in d["added"]] + [f"- {k}" for k in d["removed"]] + [f"~ {k}" for k in d["changed"]]
+            lines += (
+                [f"+ {k}" for k in d["added"]] + [f"- {k}" for k in d["removed"]] + [f"~ {k}" for k in d["changed"]]
+            )
     for name, tool_diff in diff["tools"].get("description_diffs", {}).items():
         lines += [f"== tool {name}", *tool_diff]
     for f, v in diff["settings"].items():

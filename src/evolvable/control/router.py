@@ -125,7 +125,7 @@ class HarnessRouter:
         while not self._stop.wait(self.refresh_interval_s):
             try:
                 self.refresh()
-            except Exception:  # noqa: BLE001 - a failed refresh keeps serving the last snapshot
+            except Exception:  # a failed refresh keeps serving the last snapshot
                 continue
 
     # ------------------------------------------------------------------ assignment
@@ -141,7 +141,9 @@ class HarnessRouter:
         if session_id:
             with self._lock:
                 known = self._sessions.get(session_id)
-            if known is not None and all(x is None or x in served for x in (known.harness_version, known.policy_version)):
+            if known is not None and all(
+                x is None or x in served for x in (known.harness_version, known.policy_version)
+            ):
                 return known
         point = bucket(session_id) if session_id else 1.0
 

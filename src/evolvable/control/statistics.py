@@ -89,9 +89,7 @@ def summarize(t: Trajectory, *, clusterer: Clusterer | None = None, success_thre
     argument_errors: list[tuple[str, str]] = []
     for sig in t.signals:
         if sig.kind == SignalKind.outcome:
-            if sig.label and sig.value < success_threshold:
-                labels.append(sig.label)
-            continue
+            continue  # the outcome is success itself, not a failure mode
         if sig.kind in NEGATIVE_SIGNAL_KINDS and sig.value < success_threshold:
             label = sig.label or sig.kind.value
             labels.append(label)
@@ -141,6 +139,10 @@ def load_runs(
     from evolvable.store import TrajectoryFilter
 
     window: deque[RunSummary] = deque(maxlen=limit)
+    newest, _ = store.list_trajectories(TrajectoryFilter(agent=agent, tenant_id=tenant_id), limit=min(limit, 1000))
+    if len(newest) >= min(limit, 1000):  # start streaming at the oldest run the window can hold
+        oldest = min(h.started_at for h in newest)
+        since = max(since, oldest) if since else oldest
     flt = TrajectoryFilter(agent=agent, started_after=since, tenant_id=tenant_id)
     for t in store.iter_trajectories(flt):
         if t.status == TrajectoryStatus.running:

@@ -16,12 +16,12 @@ def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[f
     """Wilson score interval for a binomial proportion (good at small n and near 0 or 1)."""
     if n == 0:
         return (0.0, 1.0)
-    z = stats.norm.ppf(0.5 + confidence / 2)
+    z = float(stats.norm.ppf(0.5 + confidence / 2))
     p = successes / n
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    return (float(max(0.0, centre - half)), float(min(1.0, centre + half)))
 
 
 def bootstrap_mean_interval(

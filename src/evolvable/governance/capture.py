@@ -118,7 +118,10 @@ def _step(step: Any, fn: ContentMap, *, metadata_fn: ContentMap) -> Any:
 
 def _map_event(event: Any, fn: ContentMap, *, metadata_fn: ContentMap, capture: CaptureMode | None) -> Any:
     if isinstance(event, TrajectoryStarted):
-        update: dict[str, Any] = {"task_input": fn(event.header.task_input), "metadata": metadata_fn(event.header.metadata)}
+        update: dict[str, Any] = {
+            "task_input": fn(event.header.task_input),
+            "metadata": metadata_fn(event.header.metadata),
+        }
         if capture is not None:
             update["capture"] = capture
         header = event.header.model_copy(update=update)
@@ -126,7 +129,9 @@ def _map_event(event: Any, fn: ContentMap, *, metadata_fn: ContentMap, capture: 
     if isinstance(event, StepAppended):
         return event.model_copy(update={"step": _step(event.step, fn, metadata_fn=metadata_fn)})
     if isinstance(event, SignalAttached):
-        return event.model_copy(update={"signal": event.signal.model_copy(update={"metadata": metadata_fn(event.signal.metadata)})})
+        return event.model_copy(
+            update={"signal": event.signal.model_copy(update={"metadata": metadata_fn(event.signal.metadata)})}
+        )
     if isinstance(event, TrajectoryEnded):
         return event.model_copy(update={"metadata": metadata_fn(event.metadata)})
     return event
@@ -154,5 +159,7 @@ def drop_token_ids(event: Any) -> Any:
         step = event.step
         choices = [c.model_copy(update={"completion_token_ids": None, "logprobs": None}) for c in step.choices]
         meta = {**step.metadata, "token_ids_dropped": "redaction"}
-        return event.model_copy(update={"step": step.model_copy(update={"prompt_token_ids": None, "choices": choices, "metadata": meta})})
+        return event.model_copy(
+            update={"step": step.model_copy(update={"prompt_token_ids": None, "choices": choices, "metadata": meta})}
+        )
     return event

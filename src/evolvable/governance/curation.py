@@ -43,7 +43,9 @@ class QualityConfig(BaseModel):
         description="Allowed statuses; running (incomplete) and abandoned runs are dropped by default.",
     )
     drop_upstream_errors: bool = True
-    drop_truncated: bool = Field(True, description="Drop runs with an answer cut off at max_tokens (finish_reason=length).")
+    drop_truncated: bool = Field(
+        True, description="Drop runs with an answer cut off at max_tokens (finish_reason=length)."
+    )
     require_token_ids: bool = Field(False, description="Every llm_call has engine token ids (RL views).")
     require_content: bool = Field(True, description="Drop runs captured as metadata only or with failed redaction.")
     min_steps: int = Field(1, ge=0)
@@ -77,9 +79,8 @@ class QualityConfig(BaseModel):
                 continue
             key, sep, value = spec.partition("=")
             if not sep or key not in cls.model_fields:
-                raise GovernanceError(
-                    f"bad quality spec {spec!r}: use none, default, rl, or key=value with key in {sorted(cls.model_fields)}"
-                )
+                keys = ", ".join(sorted(cls.model_fields))
+                raise GovernanceError(f"bad quality spec {spec!r}: use none, default, rl, or key=value ({keys})")
             base[key] = value.split(",") if key == "statuses" else (None if value.lower() == "none" else value)
         try:
             return cls.model_validate({**config.model_dump(), **base})

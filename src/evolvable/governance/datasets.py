@@ -26,8 +26,8 @@ from pydantic import BaseModel
 from evolvable.errors import ConversionError, GovernanceError, NotFound
 from evolvable.governance.audit import AuditAction, AuditLog
 from evolvable.governance.curation import (
-    DedupMode,
     Deduplicator,
+    DedupMode,
     QualityConfig,
     content_hash,
     conversation_text,
@@ -96,7 +96,9 @@ def filter_to_dict(f: Any) -> dict[str, Any]:
     for key, value in asdict(f).items():
         if value is None:
             continue
-        out[key] = value.isoformat() if isinstance(value, datetime) else (list(value) if isinstance(value, tuple) else value)
+        out[key] = (
+            value.isoformat() if isinstance(value, datetime) else (list(value) if isinstance(value, tuple) else value)
+        )
     return out
 
 
@@ -150,7 +152,9 @@ class DatasetCatalog:
         with self.engine.begin() as conn:
             version = 1 + (
                 conn.execute(
-                    sa.select(sa.func.max(datasets.c.version)).where(datasets.c.tenant_id == scope, datasets.c.name == name)
+                    sa.select(sa.func.max(datasets.c.version)).where(
+                        datasets.c.tenant_id == scope, datasets.c.name == name
+                    )
                 ).scalar()
                 or 0
             )
@@ -200,7 +204,10 @@ class DatasetCatalog:
                 filter=filter_to_dict(traj_filter),
                 curation={"quality": quality.model_dump(mode="json"), "dedup": dedup, "near_threshold": near_threshold},
                 counts={
-                    **{k: counts.get(k, 0) for k in ("scanned", "kept", "dropped_quality", "duplicate_exact", "duplicate_near")},
+                    **{
+                        k: counts.get(k, 0)
+                        for k in ("scanned", "kept", "dropped_quality", "duplicate_exact", "duplicate_near")
+                    },
                     "quality_reasons": {k.split(":", 1)[1]: v for k, v in counts.items() if k.startswith("quality:")},
                     "harness_versions": dict(harness),
                     "policy_versions": dict(policy),
@@ -209,7 +216,9 @@ class DatasetCatalog:
                 created_by=actor,
                 created_at=utcnow(),
             )
-            conn.execute(datasets.insert(), info.model_dump(exclude={"exported_at", "invalidated_at", "invalidated_reason"}))
+            conn.execute(
+                datasets.insert(), info.model_dump(exclude={"exported_at", "invalidated_at", "invalidated_reason"})
+            )
             self.audit.record(
                 AuditAction.read,
                 actor=actor,
@@ -292,7 +301,9 @@ class DatasetCatalog:
 
         def items() -> Iterator[Trajectory]:
             for t in self.iter_items(info.id):
-                provenance.append({"id": t.id, "harness_version": t.harness_version, "policy_version": t.policy_version})
+                provenance.append(
+                    {"id": t.id, "harness_version": t.harness_version, "policy_version": t.policy_version}
+                )
                 yield t
 
         records, skipped = _WRITERS[fmt](items(), tmp)
@@ -419,7 +430,17 @@ def _rl_samples(items: Iterator[Trajectory], path: Path) -> tuple[int, int]:
     return _write_jsonl(records(), path), skipped
 
 
-PARQUET_COLUMNS = ("id", "tenant", "agent", "harness_version", "policy_version", "status", "outcome", "steps", "signals")
+PARQUET_COLUMNS = (
+    "id",
+    "tenant",
+    "agent",
+    "harness_version",
+    "policy_version",
+    "status",
+    "outcome",
+    "steps",
+    "signals",
+)
 
 
 def _parquet(items: Iterator[Trajectory], path: Path) -> tuple[int, int]:

@@ -28,12 +28,6 @@ class EventRedactorLike(Protocol):
     def redact_events(self, events: list[Event]) -> list[Event]: ...
 
 
-def _default_redactor() -> EventRedactorLike:
-    from evolvable.governance.redaction import EventRedactor
-
-    return EventRedactor()
-
-
 def _llm_text(event: Any) -> bytes | None:
     if not (isinstance(event, StepAppended) and isinstance(event.step, LLMCallStep)):
         return None
@@ -58,6 +52,7 @@ class Governor:
         redactor: EventRedactorLike | None = None,
         audit: AuditLog | None = None,
         redact: bool = True,
+        person_names: bool = False,
         agent_cache_size: int = 50_000,
     ) -> None:
         self.store = store
@@ -65,6 +60,8 @@ class Governor:
         self.directory = directory or TenantDirectory(store.engine, audit=self.audit)
         self._redactor = redactor
         self._redact = redact
+        self._person_names = person_names
+        self._local = threading.local()
         self._agents: OrderedDict[str, str] = OrderedDict()
         self._agent_cache_size = agent_cache_size
         self._lock = threading.Lock()
@@ -85,6 +82,12 @@ class Governor:
                 out[i] = governed
         return [e for e in out if e is not None]
 
+    def _on_stage_failure(self, kind: str, error: BaseException) -> None:
+        """The redaction engine's failure hook: it failed closed on one text; remember the stage for the audit."""
+        stages = getattr(self._local, "failed_stages", None)
+        if stages is not None:
+            stages.append(f"{kind}:{type(error).__name__}")
+
     # ------------------------------------------------------------------ stages
 
     def _govern_one(self, trajectory_id: str, tenant_id: str, mode: CaptureMode, batch: list[Any]) -> list[Any]:
@@ -95,13 +98,24 @@ class Governor:
             kept = [strip_content(e) for e in batch] if mode == CaptureMode.metadata else list(batch)
             if not self._redact:
                 return kept
+            self._local.failed_stages = []
             redacted = list(self.redactor.redact_events(kept))
             if len(redacted) != len(kept):
                 raise RuntimeError(f"redactor returned {len(redacted)} events for {len(kept)}")
-            return [
+            governed = [
                 drop_token_ids(after) if _llm_text(before) != _llm_text(after) else after
                 for before, after in zip(kept, redacted, strict=True)
             ]
+            if self._local.failed_stages:
+                # The engine already replaced the affected texts by markers; the log says where and why.
+                self.audit.record(
+                    AuditAction.redaction_failed,
+                    actor="system",
+                    tenant_id=tenant_id,
+                    target=f"trajectory:{trajectory_id}",
+                    details={"stages": sorted(set(self._local.failed_stages)), "events": len(batch)},
+                )
+            return governed
         except Exception as err:  # fail closed on anything a stage raises
             self.audit.record(
                 AuditAction.redaction_failed,
@@ -111,13 +125,18 @@ class Governor:
                 details={"error": type(err).__name__, "events": len(batch), "capture": mode.value},
             )
             return [drop_token_ids(mark_redaction_failed(e)) for e in batch]
+        finally:
+            self._local.failed_stages = None
 
     @property
     def redactor(self) -> EventRedactorLike:
         if self._redactor is None:
             with self._lock:
                 if self._redactor is None:
-                    self._redactor = _default_redactor()
+                    from evolvable.governance.redaction import EventRedactor, RedactionEngine
+
+                    engine = RedactionEngine(on_failure=self._on_stage_failure, person_names=self._person_names)
+                    self._redactor = EventRedactor(engine)
         return self._redactor
 
     # ------------------------------------------------------------------ which agent ran a trajectory

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from evolvable.errors import GovernanceError, NotFound
 from evolvable.governance.audit import AuditAction, AuditLog
@@ -82,6 +82,14 @@ def aware(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=UTC)
 
 
+def _validated(data: dict[str, Any]) -> Tenant:
+    try:
+        return Tenant.model_validate(data)
+    except ValidationError as err:
+        reasons = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+        raise GovernanceError(f"invalid tenant policy: {reasons}") from None
+
+
 _UPDATABLE = {"name", "capture", "agent_capture", "retention_days", "redact_upstream"}
 
 
@@ -104,6 +112,11 @@ class TenantDirectory:
         self._keys: dict[str, tuple[float, Principal | None]] = {}
         self._tenants: dict[str, tuple[float, Tenant]] = {}
         self._lock = threading.Lock()
+
+    @property
+    def has_admin_key(self) -> bool:
+        """Whether an admin key came from the settings (EVOLVABLE_ADMIN_KEY)."""
+        return self._admin_hash is not None
 
     @classmethod
     def from_store(cls, store: Any, **kwargs: Any) -> TenantDirectory:
@@ -129,15 +142,17 @@ class TenantDirectory:
         if not _TENANT_ID.match(tenant_id):
             raise GovernanceError(f"invalid tenant id {tenant_id!r}: use letters, digits, '_', '.', '-' (max 200)")
         now = utcnow()
-        tenant = Tenant(
-            id=tenant_id,
-            name=name or tenant_id,
-            capture=CaptureMode(capture),
-            agent_capture={a: CaptureMode(m) for a, m in (agent_capture or {}).items()},
-            retention_days=retention_days,
-            redact_upstream=redact_upstream,
-            created_at=now,
-            updated_at=now,
+        tenant = _validated(
+            {
+                "id": tenant_id,
+                "name": name or tenant_id,
+                "capture": capture,
+                "agent_capture": agent_capture or {},
+                "retention_days": retention_days,
+                "redact_upstream": redact_upstream,
+                "created_at": now,
+                "updated_at": now,
+            }
         )
         with self.engine.begin() as conn:
             if conn.execute(sa.select(tenants.c.id).where(tenants.c.id == tenant_id)).first():
@@ -171,7 +186,7 @@ class TenantDirectory:
         if unknown:
             raise GovernanceError(f"cannot update {sorted(unknown)}; updatable: {sorted(_UPDATABLE)}")
         before = self.get_tenant(tenant_id)
-        after = Tenant.model_validate({**before.model_dump(), **changes, "updated_at": utcnow()})
+        after = _validated({**before.model_dump(), **changes, "updated_at": utcnow()})
         with self.engine.begin() as conn:
             conn.execute(tenants.update().where(tenants.c.id == tenant_id).values(self._row(after)))
             self.audit.record(
@@ -203,7 +218,9 @@ class TenantDirectory:
 
     @staticmethod
     def _policy(t: Tenant) -> dict[str, Any]:
-        return t.model_dump(mode="json", include={"capture", "agent_capture", "retention_days", "redact_upstream", "name"})
+        return t.model_dump(
+            mode="json", include={"capture", "agent_capture", "retention_days", "redact_upstream", "name"}
+        )
 
     @staticmethod
     def _row(t: Tenant) -> dict[str, Any]:

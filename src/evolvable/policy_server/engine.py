@@ -35,6 +35,8 @@ from evolvable.policy_server.sampling import SamplingParams, sample_token
 __all__ = ["AdapterError", "Engine", "EngineStats", "GenerationResult", "RequestError", "StepUpdate"]
 
 BASE_ADAPTER = "__base__"
+UNKNOWN_ADAPTER = "unknown_adapter"
+"""Finish reason of a request whose adapter was unloaded before it started."""
 logger = logging.getLogger(__name__)
 
 
@@ -126,7 +128,7 @@ class Engine:
         self._peft: Any = None
         self._adapters: dict[str, str] = {}
         self._eos_ids = self._collect_eos_ids(model, tokenizer)
-        self._token_text = TokenText(tokenizer)
+        self.token_text = TokenText(tokenizer)
         self._waiting: queue.SimpleQueue[_Sequence] = queue.SimpleQueue()
         self._commands: list[tuple[Callable[[], Any], concurrent.futures.Future[Any], str | None]] = []
         self._commands_lock = threading.Lock()
@@ -187,6 +189,8 @@ class Engine:
             raise AdapterError(f"invalid adapter name {name!r}")
         if not (Path(path) / "adapter_config.json").is_file():
             raise AdapterError(f"no PEFT adapter (adapter_config.json) at lora_path {path!r}", 404)
+        if not any((Path(path) / f).is_file() for f in ("adapter_model.safetensors", "adapter_model.bin")):
+            raise AdapterError(f"no adapter weights (adapter_model.safetensors) at lora_path {path!r}", 400)
         if name in self._adapters and not replace:
             raise AdapterError(f"the adapter {name!r} is already loaded", 400)
         self._run_command(lambda: self._load_adapter_now(name, path, replace), waits_for=name if replace else None)
@@ -215,8 +219,7 @@ class Engine:
         from peft import PeftModel
 
         if replace and name in self._adapters:
-            self._peft.delete_adapter(name)
-            del self._adapters[name]
+            self._unload_adapter_now(name)
         try:
             if self._peft is None:
                 self._peft = PeftModel.from_pretrained(self._base, path, adapter_name=name, is_trainable=False)
@@ -226,15 +229,36 @@ class Engine:
             with contextlib.suppress(Exception):
                 if self._peft is not None and name in self._peft.peft_config:
                     self._peft.delete_adapter(name)
+                elif self._peft is None:
+                    _strip_tuner_layers(self._base)  # a failed first load may have injected layers already
             raise AdapterError(f"cannot load the adapter at {path!r} onto {self.model_name}: {err}") from err
         self._peft.eval()
         self._adapters[name] = str(path)
 
     def _unload_adapter_now(self, name: str) -> None:
-        self._peft.delete_adapter(name)
+        if len(self._adapters) == 1:  # the last one: strip the LoRA layers, back to the plain base model
+            self._base = self._peft.unload()
+            self._peft = None
+        else:
+            self._peft.delete_adapter(name)
+            self._peft.set_adapter(next(n for n in self._adapters if n != name))
         del self._adapters[name]
 
     # ----------------------------------------------------------------- submitting
+    def check_request(self, prompt_token_ids: list[int], adapter: str | None = None) -> None:
+        """Raise RequestError/AdapterError for a request that cannot be served (before a stream starts)."""
+        if not prompt_token_ids:
+            raise RequestError("the prompt is empty")
+        if len(prompt_token_ids) >= self.max_context:
+            raise RequestError(
+                f"the prompt has {len(prompt_token_ids)} tokens; this model's context is {self.max_context} tokens"
+            )
+        vocabulary = len(self.tokenizer)
+        if any(not 0 <= t < vocabulary for t in prompt_token_ids):
+            raise RequestError(f"prompt token ids must lie in [0, {vocabulary})")
+        if adapter is not None and adapter not in self._adapters:
+            raise AdapterError(f"the adapter {adapter!r} is not loaded", 404)
+
     def submit(
         self,
         prompt_token_ids: list[int],
@@ -243,14 +267,7 @@ class Engine:
         adapter: str | None = None,
     ) -> Callable[[], None]:
         """Queue a request; `on_update` is called from the engine thread. Returns a cancel function."""
-        if not prompt_token_ids:
-            raise RequestError("the prompt is empty")
-        if len(prompt_token_ids) >= self.max_context:
-            raise RequestError(
-                f"the prompt has {len(prompt_token_ids)} tokens; this model's context is {self.max_context} tokens"
-            )
-        if adapter is not None and adapter not in self._adapters:
-            raise AdapterError(f"the adapter {adapter!r} is not loaded", 404)
+        self.check_request(prompt_token_ids, adapter)
         room = self.max_context - len(prompt_token_ids)
         params.max_tokens = min(params.max_tokens if params.max_tokens is not None else self.default_max_tokens, room)
         sequence = _Sequence(
@@ -357,7 +374,7 @@ class Engine:
                 deferred.append(sequence)
                 continue
             if sequence.adapter is not None and sequence.adapter not in self._adapters:
-                self._finish(sequence, "error", text="")
+                self._finish(sequence, UNKNOWN_ADAPTER, text="")  # unloaded while it waited
                 continue
             try:
                 self._prefill(sequence)
@@ -533,6 +550,17 @@ class Engine:
         if tokenizer.eos_token_id is not None:
             ids.add(int(tokenizer.eos_token_id))
         return ids
+
+
+def _strip_tuner_layers(model: torch.nn.Module) -> None:
+    """Put every PEFT-wrapped layer's original layer back (undo a partial adapter injection)."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    for name, module in list(model.named_modules()):
+        if isinstance(module, BaseTunerLayer) and name:
+            parent_name, _, child = name.rpartition(".")
+            parent = model.get_submodule(parent_name) if parent_name else model
+            setattr(parent, child, module.get_base_layer())
 
 
 def _left_pad(tensor: torch.Tensor, length: int) -> torch.Tensor:

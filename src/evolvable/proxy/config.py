@@ -62,7 +62,8 @@ class ProxyConfig:
     default_upstream: str | None = None
     session_idle_timeout_s: float = 1800.0
     idle_sweep_interval_s: float = 5.0
-    spool_dir: Path = field(default_factory=lambda: Path(".evolvable") / "spool")
+    spool_dir: Path | None = None
+    """None: `spool/` under the Evolvable home directory (EVOLVABLE_HOME)."""
     spool_fsync: str = "batch"
     """`batch`: group commit, one fsync per write batch (default); `interval`: at most every
     `spool_fsync_interval_s`; `none`: leave it to the OS (survives kill -9, not power loss)."""
@@ -70,6 +71,10 @@ class ProxyConfig:
     spool_queue_size: int = 4096
     spool_segment_bytes: int = 16 * 1024 * 1024
     backpressure_timeout_s: float = 30.0
+    writer_mode: str = "process"
+    """`process`: the background writer runs in a forked, lower-priority process (default; capture work
+    never competes with requests for the GIL); `thread`: inside the proxy process."""
+    writer_nice: int = 5
     writer_batch_size: int = 256
     writer_idle_s: float = 0.02
     max_body_bytes: int = 16 * 1024 * 1024
@@ -95,6 +100,8 @@ class ProxyConfig:
             raise ConfigError(f"default_upstream {self.default_upstream!r} is not a configured upstream")
         if self.spool_fsync not in ("batch", "interval", "none"):
             raise ConfigError(f"spool_fsync must be batch, interval or none, not {self.spool_fsync!r}")
+        if self.writer_mode not in ("process", "thread"):
+            raise ConfigError(f"writer_mode must be process or thread, not {self.writer_mode!r}")
         if self.max_body_bytes <= 0 or self.spool_queue_size <= 0:
             raise ConfigError("max_body_bytes and spool_queue_size must be positive")
         return self
@@ -114,6 +121,8 @@ _SCALAR_KEYS = {
     "spool_queue_size": int,
     "spool_segment_bytes": int,
     "backpressure_timeout_s": float,
+    "writer_mode": str,
+    "writer_nice": int,
     "writer_batch_size": int,
     "writer_idle_s": float,
     "max_body_bytes": int,

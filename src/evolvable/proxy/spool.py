@@ -1,15 +1,16 @@
 """A durable, append-only local spool: the capture path's first stop.
 
 Records are opaque bytes (orjson documents) framed as `<u32 length><u32 crc32><payload>` in numbered
-segment files (`000000000001.seg`, ...). One dedicated thread owns the files and writes whole batches
-with one `write` and, by policy, one `fdatasync` (group commit), so the event loop never blocks on disk.
-The queue in front of it is bounded: when it is full, callers wait (back-pressure) instead of memory
-growing without bound.
+segment files (`000000000001.seg`, ...). On the append side (`Spool`, in the proxy process) one
+dedicated thread owns the files and writes whole batches with one `write` and, by policy, one
+`fdatasync` (group commit), so the event loop never blocks on disk. The queue in front of it is
+bounded: when it is full, callers wait (back-pressure) instead of memory growing without bound.
 
-The reader side (the background writer) reads from a durable checkpoint up to what has been written,
-and advances the checkpoint only after the store committed; applied segments are deleted promptly,
-because the spool holds content before governance has redacted it. A torn tail (a crash mid-write)
-fails its length or CRC check and is cut off on open.
+The read side (`SpoolReader`, used by the background writer, normally in its own process) reads from
+a durable checkpoint file and advances it only after the store committed; applied segments are
+deleted promptly, because the spool holds content before governance has redacted it. Reader and
+purge exclude each other with a file lock, so they work across processes. A torn tail (a crash
+mid-write) fails its length or CRC check and is cut off when the spool is opened.
 
 Positions are `(segment, offset)` tuples and compare in spool order.
 """
@@ -53,11 +54,11 @@ def frame(payload: bytes) -> bytes:
     return _FRAME.pack(len(payload), zlib.crc32(payload)) + payload
 
 
-def _segment_name(seq: int) -> str:
-    return f"{seq:012d}{_SUFFIX}"
+def segment_path(directory: Path, seq: int) -> Path:
+    return directory / f"{seq:012d}{_SUFFIX}"
 
 
-def _scan(data: bytes, start: int = 0) -> Iterator[tuple[bytes, int]]:
+def _scan(data: bytes | memoryview, start: int = 0) -> Iterator[tuple[bytes, int]]:
     """Valid records from `start`, each with the offset just past it; stops at a torn or corrupt frame."""
     pos, end = start, len(data)
     while pos + _FRAME.size <= end:
@@ -65,15 +66,122 @@ def _scan(data: bytes, start: int = 0) -> Iterator[tuple[bytes, int]]:
         body_start = pos + _FRAME.size
         if body_start + length > end:
             return
-        payload = data[body_start : body_start + length]
+        payload = bytes(data[body_start : body_start + length])
         if zlib.crc32(payload) != crc:
             return
         pos = body_start + length
         yield payload, pos
 
 
+def _scanned_length(data: bytes) -> int:
+    """Bytes of `data` covered by valid frames (where a torn or corrupt tail starts)."""
+    valid = 0
+    for _payload, after in _scan(data):
+        valid = after
+    return valid
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def list_segments(directory: Path) -> list[int]:
+    out = []
+    for p in directory.glob(f"*{_SUFFIX}"):
+        with contextlib.suppress(ValueError):
+            out.append(int(p.name[: -len(_SUFFIX)]))
+    return sorted(out)
+
+
+# --------------------------------------------------------------------------- read side
+
+
+class SpoolReader:
+    """Reads a spool directory from its checkpoint. Process-independent: all state is in files."""
+
+    def __init__(self, directory: Path, *, fsync: bool = True) -> None:
+        self.directory = Path(directory)
+        self.fsync = fsync
+
+    @contextlib.contextmanager
+    def cycle_lock(self) -> Iterator[None]:
+        """Held for one read -> store -> checkpoint cycle, and by purge (across processes)."""
+        fd = os.open(self.directory / "reader.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def load_checkpoint(self) -> Position:
+        path = self.directory / _CHECKPOINT
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            return (0, 0)
+        try:
+            seq, offset = text.split()
+            return (int(seq), int(offset))
+        except ValueError:
+            raise SpoolError(f"spool checkpoint {path} is unreadable; refusing to guess") from None
+
+    def save_checkpoint(self, position: Position) -> None:
+        """Durably record that everything before `position` is in the store; delete applied segments."""
+        tmp = self.directory / (_CHECKPOINT + ".tmp")
+        with open(tmp, "w") as f:
+            f.write(f"{position[0]} {position[1]}\n")
+            f.flush()
+            if self.fsync:
+                os.fsync(f.fileno())
+        os.replace(tmp, self.directory / _CHECKPOINT)
+        for seq in list_segments(self.directory):
+            if seq < position[0]:
+                segment_path(self.directory, seq).unlink(missing_ok=True)
+
+    def read(self, start: Position, max_records: int) -> tuple[list[bytes], Position]:
+        """Up to `max_records` complete records after `start`, and the position after them.
+
+        In the newest segment an incomplete frame may be a write in progress: reading stops there.
+        In an older (closed) segment it is corruption: logged, and the rest of that segment skipped.
+        """
+        records: list[bytes] = []
+        seq, offset = start
+        segments = [s for s in list_segments(self.directory) if s >= seq]
+        while len(records) < max_records and segments:
+            if seq < segments[0]:
+                seq, offset = segments[0], 0
+            newest = seq == segments[-1]
+            try:
+                with open(segment_path(self.directory, seq), "rb") as f:
+                    f.seek(offset)
+                    data = f.read()
+            except FileNotFoundError:
+                data = b""
+            scanned = 0
+            for payload, scanned in _scan(data):
+                records.append(payload)
+                if len(records) >= max_records:
+                    return records, (seq, offset + scanned)
+            offset += scanned
+            if newest:
+                break
+            if scanned < len(data):
+                log.error("spool segment %s is corrupt at offset %d; skipping its remainder", seq, offset)
+            segments.pop(0)
+            if segments:
+                seq, offset = segments[0], 0
+        return records, (seq, offset)
+
+
+# --------------------------------------------------------------------------- append side
+
+
 class Spool:
-    """Durable append-only record log with a bounded write queue and a checkpointed reader."""
+    """Durable append-only record log with a bounded write queue (the proxy process's side)."""
 
     def __init__(
         self,
@@ -83,16 +191,19 @@ class Spool:
         fsync_interval_s: float = 0.05,
         queue_size: int = 4096,
         segment_bytes: int = 16 * 1024 * 1024,
+        rotate_idle_s: float = 1.0,
     ) -> None:
         self.directory = Path(directory)
         self.fsync = fsync
         self.fsync_interval_s = fsync_interval_s
         self.segment_bytes = segment_bytes
+        self.rotate_idle_s = rotate_idle_s
+        self.reader = SpoolReader(self.directory, fsync=fsync != "none")
         self._queue: queue.Queue[object] = queue.Queue(maxsize=queue_size)
         self._cond = threading.Condition()
         self._file_lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        self._lock_fd: int | None = None
+        self.lock_fd: int | None = None
         self._fd: int | None = None
         self._active_seq = 0
         self._active_size = 0
@@ -100,26 +211,23 @@ class Spool:
         self._enqueued = 0
         self._written = 0
         self._last_fsync = 0.0
-        self._error: BaseException | None = None
-        self.checkpoint: Position = (0, 0)
-        self.reader_lock = threading.Lock()
-        """Held by the background writer for one read -> store -> checkpoint cycle, and by `purge`."""
+        self.last_error: str | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
     def open(self) -> Spool:
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._lock_fd = _acquire_dir_lock(self.directory)
-        self.checkpoint = self._load_checkpoint()
-        segments = self.segments()
+        self.lock_fd = _acquire_dir_lock(self.directory)
+        checkpoint = self.reader.load_checkpoint()
+        segments = list_segments(self.directory)
         for seq in segments:
-            if seq < self.checkpoint[0]:
-                (self.directory / _segment_name(seq)).unlink(missing_ok=True)
-        segments = [s for s in segments if s >= self.checkpoint[0]]
+            if seq < checkpoint[0]:
+                segment_path(self.directory, seq).unlink(missing_ok=True)
+        segments = [s for s in segments if s >= checkpoint[0]]
         if segments:
             self._truncate_torn_tail(segments[-1])
-        last = max([*segments, self.checkpoint[0]])
-        self._open_segment(last + 1)
+        self._open_segment(max([*segments, checkpoint[0]]) + 1)
+        self._end = (self._active_seq, self._active_size)
         self._thread = threading.Thread(target=self._run, name="evolvable-spool", daemon=True)
         self._thread.start()
         return self
@@ -133,9 +241,9 @@ class Spool:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)
+            self.lock_fd = None
 
     def __enter__(self) -> Spool:
         return self.open()
@@ -166,15 +274,8 @@ class Spool:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.05)
 
-    def append_blocking(self, payload: bytes, timeout_s: float = 30.0) -> None:
-        try:
-            self._queue.put(payload, timeout=timeout_s)
-        except queue.Full:
-            raise SpoolFull(f"spool queue full for {timeout_s}s") from None
-        self._enqueued += 1
-
     def rotate(self) -> None:
-        """Ask the writer thread to start a new segment (so applied data can be deleted soon)."""
+        """Start a new segment (so the applied one can be deleted)."""
         with contextlib.suppress(queue.Full):
             self._queue.put_nowait(_ROTATE)
 
@@ -199,18 +300,23 @@ class Spool:
                 self._cond.wait(remaining)
             return self._end
 
-    def wait_for_data(self, after: Position, timeout_s: float) -> bool:
-        """Block until something lies past `after` (True) or the timeout passes (False)."""
-        with self._cond:
-            if self._end > after:
-                return True
-            self._cond.wait(timeout_s)
-            return self._end > after
+    def wait_applied(self, position: Position, timeout_s: float, poll_s: float = 0.002) -> bool:
+        """Block until the reader's checkpoint reached `position` (in any process)."""
+        deadline = time.monotonic() + timeout_s
+        while self.reader.load_checkpoint() < position:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(poll_s)
+            poll_s = min(poll_s * 1.5, 0.05)
+        return True
 
     def _run(self) -> None:
         stopping = False
         while not stopping:
-            item = self._queue.get()
+            try:
+                item = self._queue.get(timeout=self.rotate_idle_s)
+            except queue.Empty:
+                item = _ROTATE  # idle: close the segment so applied content leaves the disk soon
             batch: list[bytes] = []
             rotate = False
             while True:
@@ -227,15 +333,15 @@ class Spool:
                 except queue.Empty:
                     break
             try:
-                self._write_batch(batch, rotate or stopping)
-            except BaseException as err:  # disk full, I/O error: keep the thread alive, report loudly
-                self._error = err
+                self._write_batch(batch, rotate)
+            except Exception as err:  # disk full, I/O error: keep the thread alive, report loudly
+                self.last_error = f"{err.__class__.__name__}: {err}"
                 log.exception("spool write failed; %d records not written", len(batch))
 
     def _write_batch(self, batch: list[bytes], rotate: bool) -> None:
         with self._file_lock:
             if batch:
-                data = b"".join(frame(p) for p in batch)
+                data = b"".join([frame(p) for p in batch])
                 view = memoryview(data)
                 assert self._fd is not None
                 while view:
@@ -248,9 +354,9 @@ class Spool:
                 ):
                     os.fdatasync(self._fd)
                     self._last_fsync = now
-            end = (self._active_seq, self._active_size)
             if (rotate and self._active_size > 0) or self._active_size >= self.segment_bytes:
                 self._open_segment(self._active_seq + 1)
+            end = (self._active_seq, self._active_size)
         with self._cond:
             self._end = end
             self._written += len(batch)
@@ -258,93 +364,17 @@ class Spool:
 
     def _open_segment(self, seq: int) -> None:
         if self._fd is not None:
+            fd, self._fd = self._fd, None
             if self.fsync != "none":
-                os.fdatasync(self._fd)
-            os.close(self._fd)
-        path = self.directory / _segment_name(seq)
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+                os.fdatasync(fd)
+            os.close(fd)
+        self._fd = os.open(segment_path(self.directory, seq), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         self._active_seq, self._active_size = seq, os.fstat(self._fd).st_size
         if self.fsync != "none":
             _fsync_dir(self.directory)
 
-    # ------------------------------------------------------------------ reading (background writer)
-
-    def segments(self) -> list[int]:
-        out = []
-        for p in self.directory.glob(f"*{_SUFFIX}"):
-            with contextlib.suppress(ValueError):
-                out.append(int(p.name[: -len(_SUFFIX)]))
-        return sorted(out)
-
-    def read(self, start: Position, max_records: int) -> tuple[list[bytes], Position]:
-        """Up to `max_records` records after `start` (never past what was written), and the next position."""
-        end = self.end
-        records: list[bytes] = []
-        seq, offset = start
-        while len(records) < max_records and (seq, offset) < end:
-            if seq == end[0]:
-                limit = end[1]
-            else:
-                path = self.directory / _segment_name(seq)
-                limit = path.stat().st_size if path.exists() else 0
-            if offset >= limit:
-                later = [s for s in self.segments() if s > seq]
-                if not later:
-                    break
-                seq, offset = later[0], 0
-                continue
-            with open(self.directory / _segment_name(seq), "rb") as f:
-                f.seek(offset)
-                data = f.read(limit - offset)
-            scanned = 0
-            for payload, scanned in _scan(data):
-                records.append(payload)
-                if len(records) >= max_records:
-                    return records, (seq, offset + scanned)
-            offset += scanned
-            if offset < limit:  # a corrupt frame inside a closed segment: skip its remainder, loudly
-                log.error("spool segment %s is corrupt at offset %d; skipping its remainder", seq, offset)
-                offset = limit
-        return records, (seq, offset)
-
-    def save_checkpoint(self, position: Position) -> None:
-        """Durably record that everything before `position` is in the store; delete applied segments."""
-        tmp = self.directory / (_CHECKPOINT + ".tmp")
-        with open(tmp, "w") as f:
-            f.write(f"{position[0]} {position[1]}\n")
-            f.flush()
-            if self.fsync != "none":
-                os.fsync(f.fileno())
-        os.replace(tmp, self.directory / _CHECKPOINT)
-        with self._cond:
-            self.checkpoint = position
-            self._cond.notify_all()
-        for seq in self.segments():
-            if seq < position[0]:
-                (self.directory / _segment_name(seq)).unlink(missing_ok=True)
-
-    def wait_checkpoint(self, position: Position, timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
-        with self._cond:
-            while self.checkpoint < position:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._cond.wait(remaining)
-            return True
-
-    def _load_checkpoint(self) -> Position:
-        path = self.directory / _CHECKPOINT
-        if not path.exists():
-            return (0, 0)
-        try:
-            seq, offset = path.read_text().split()
-            return (int(seq), int(offset))
-        except ValueError:
-            raise SpoolError(f"spool checkpoint {path} is unreadable; refusing to guess") from None
-
     def _truncate_torn_tail(self, seq: int) -> None:
-        path = self.directory / _segment_name(seq)
+        path = segment_path(self.directory, seq)
         data = path.read_bytes()
         valid = _scanned_length(data)
         if valid < len(data):
@@ -356,54 +386,39 @@ class Spool:
     # ------------------------------------------------------------------ purge (governance)
 
     def purge(self, predicate: Callable[[bytes], bool]) -> int:
-        """Remove every not-yet-applied record for which `predicate(payload)` is true; returns how many.
+        """Remove every spooled record for which `predicate(payload)` is true; returns how many.
 
-        Also drops already-applied records still on disk. Crash-safe: survivors are written to a new
-        segment before the checkpoint moves to it; a crash in between replays survivors, which the
-        store ignores by event id. Records still in the in-memory queue are written first, then purged.
+        Covers records not yet stored and applied ones still on disk; records still in the in-memory
+        queue are written first, then purged. Crash-safe: survivors are written to a new segment before
+        the checkpoint moves to it; a crash in between replays survivors, which the store ignores by
+        event id. Excludes the background writer (in any process) while it runs.
         """
-        count = self._enqueued
-        self.wait_written(count, timeout_s=60.0)
-        with self.reader_lock, self._file_lock:
-            old = [s for s in self.segments() if s >= self.checkpoint[0]]
+        self.wait_written(self._enqueued, timeout_s=60.0)
+        with self.reader.cycle_lock(), self._file_lock:
+            checkpoint = self.reader.load_checkpoint()
+            old = [s for s in list_segments(self.directory) if s >= checkpoint[0]]
             target = self._active_seq + 1
             self._open_segment(target + 1)  # new records go after the rewritten ones
             removed, survivors = 0, []
             for seq in old:
-                data = (self.directory / _segment_name(seq)).read_bytes()
-                start = self.checkpoint[1] if seq == self.checkpoint[0] else 0
+                data = segment_path(self.directory, seq).read_bytes()
+                start = checkpoint[1] if seq == checkpoint[0] else 0
                 for payload, _ in _scan(data, start):
                     if predicate(payload):
                         removed += 1
                     else:
                         survivors.append(payload)
-            tmp = self.directory / (_segment_name(target) + ".tmp")
+            tmp = self.directory / "purge.tmp"
             with open(tmp, "wb") as f:
                 f.write(b"".join(frame(p) for p in survivors))
                 f.flush()
                 os.fsync(f.fileno())
-            os.replace(tmp, self.directory / _segment_name(target))
+            os.replace(tmp, segment_path(self.directory, target))
             _fsync_dir(self.directory)
+            self.reader.save_checkpoint((target, 0))
             with self._cond:
-                self._end = max(self._end, (self._active_seq, self._active_size))
-            self.save_checkpoint((target, 0))
+                self._end = (self._active_seq, self._active_size)
         return removed
-
-
-def _scanned_length(data: bytes) -> int:
-    """Bytes of `data` covered by valid frames (where a torn or corrupt tail starts)."""
-    valid = 0
-    for _payload, after in _scan(data):
-        valid = after
-    return valid
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _acquire_dir_lock(directory: Path) -> int:
@@ -417,8 +432,8 @@ def _acquire_dir_lock(directory: Path) -> int:
 
 
 def purge_spool(directory: Path, predicate: Callable[[bytes], bool]) -> int:
-    """Purge a spool no proxy is running on (for offline `evolvable purge`). A running proxy holds the
-    spool's lock; purge through its API instead (`app.state.proxy.purge_spool(...)`)."""
+    """Purge a spool no proxy is running on (offline `evolvable purge`). A running proxy holds the
+    spool's lock; purge through it instead (`app.state.proxy.purge_spool(...)`)."""
     spool = Spool(directory, queue_size=1)
     spool.open()
     try:

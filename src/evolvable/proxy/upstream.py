@@ -6,7 +6,6 @@ under concurrency (docs/proxy.md). Connections are kept alive and reused across 
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 
 import aiohttp
@@ -29,12 +28,18 @@ class UpstreamClient:
     def __init__(self, upstreams: list[UpstreamConfig], *, pool_size: int = 512) -> None:
         self.upstreams = {u.name: u for u in upstreams}
         self.state = {u.name: UpstreamState() for u in upstreams}
+        self._timeouts = {
+            u.name: aiohttp.ClientTimeout(total=None, connect=u.connect_timeout_s, sock_read=u.timeout_s)
+            for u in upstreams
+        }
+        self._headers: dict[tuple[str, str | None], dict[str, str]] = {}
         connector = aiohttp.TCPConnector(limit=pool_size, limit_per_host=0, keepalive_timeout=60, ttl_dns_cache=300)
         self.session = aiohttp.ClientSession(
             connector=connector,
             timeout=aiohttp.ClientTimeout(total=None),
             auto_decompress=True,
             skip_auto_headers=("User-Agent",),
+            cookie_jar=aiohttp.DummyCookieJar(),
         )
 
     async def close(self) -> None:
@@ -48,11 +53,15 @@ class UpstreamClient:
         return self.state[upstream.name].accepts_token_fields
 
     def headers(self, upstream: UpstreamConfig, client_bearer: str | None) -> dict[str, str]:
-        out = {"Content-Type": "application/json"}
         key = upstream.api_key or client_bearer
-        if key:
-            out["Authorization"] = f"Bearer {key}"
-        return out
+        cached = self._headers.get((upstream.name, key))
+        if cached is None:
+            cached = {"Content-Type": "application/json"}
+            if key:
+                cached["Authorization"] = f"Bearer {key}"
+            if len(self._headers) < 1024:  # bounded: client keys vary only when forwarded
+                self._headers[(upstream.name, key)] = cached
+        return cached
 
     async def post(
         self, upstream: UpstreamConfig, path: str, body: bytes, headers: dict[str, str]
@@ -61,10 +70,12 @@ class UpstreamClient:
 
         Connection failures and timeouts become UpstreamError with the status the client should see.
         """
-        timeout = aiohttp.ClientTimeout(total=None, connect=upstream.connect_timeout_s, sock_read=upstream.timeout_s)
+        timeout = self._timeouts.get(upstream.name) or aiohttp.ClientTimeout(
+            total=None, connect=upstream.connect_timeout_s, sock_read=upstream.timeout_s
+        )
         try:
             return await self.session.post(upstream.url(path), data=body, headers=headers, timeout=timeout)
-        except (TimeoutError, asyncio.TimeoutError) as err:
+        except TimeoutError as err:
             raise UpstreamError(
                 f"upstream {upstream.name} timed out: {err}", status_code=504, error_type="upstream_timeout"
             ) from None

@@ -23,7 +23,15 @@ WRITE_OPTIONS = {"evolvable_write": True}
 """Execution options for write transactions (BEGIN IMMEDIATE on SQLite; no effect elsewhere)."""
 
 
+class RawJSON(str):
+    """JSON text that is already serialized (e.g. by pydantic's `model_dump_json`); stored as is."""
+
+    __slots__ = ()
+
+
 def _dumps(value: Any) -> str:
+    if isinstance(value, RawJSON):
+        return value
     return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
 
 

@@ -22,6 +22,7 @@ from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
+from evolvable.store.engine import WRITE_OPTIONS
 from evolvable.store.tables import metadata
 
 log = logging.getLogger(__name__)
@@ -30,10 +31,10 @@ MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 _PG_LOCK_KEY = 0x45564F4C  # "EVOL": serializes concurrent migrations of one PostgreSQL database
 
 
-def alembic_config(connection: sa.Connection | None = None) -> Config:
+def alembic_config(connection: sa.Connection | None = None, migrations_dir: Path = MIGRATIONS_DIR) -> Config:
     config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS_DIR))
-    config.set_main_option("version_locations", str(MIGRATIONS_DIR / "versions"))
+    config.set_main_option("script_location", str(migrations_dir))
+    config.set_main_option("version_locations", str(migrations_dir / "versions"))
     config.set_main_option("file_template", "%%(rev)s_%%(slug)s")
     if connection is not None:
         config.attributes["connection"] = connection
@@ -41,21 +42,22 @@ def alembic_config(connection: sa.Connection | None = None) -> Config:
 
 
 @cache
-def head_revision() -> str | None:
-    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+def head_revision(migrations_dir: Path = MIGRATIONS_DIR) -> str | None:
+    return ScriptDirectory.from_config(alembic_config(None, migrations_dir)).get_current_head()
 
 
 def current_revision(connection: sa.Connection) -> str | None:
     return MigrationContext.configure(connection).get_current_revision()
 
 
-def upgrade(engine: sa.Engine, *, create_missing: bool = True) -> list[str]:
+def upgrade(engine: sa.Engine, *, create_missing: bool = True, migrations_dir: Path = MIGRATIONS_DIR) -> list[str]:
     """Migrate to head; then create metadata tables no revision made. Returns the names created that way."""
-    with engine.begin() as conn:
+    # Serialize concurrent openers: BEGIN IMMEDIATE on SQLite, an advisory lock on PostgreSQL.
+    with engine.execution_options(**WRITE_OPTIONS).begin() as conn:
         if conn.dialect.name == "postgresql":
             conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_PG_LOCK_KEY)))
-        if current_revision(conn) != head_revision():
-            command.upgrade(alembic_config(conn), "head")
+        if current_revision(conn) != head_revision(migrations_dir):
+            command.upgrade(alembic_config(conn, migrations_dir), "head")
         if not create_missing:
             return []
         existing = set(sa.inspect(conn).get_table_names())
@@ -79,25 +81,43 @@ def schema_diff(engine: sa.Engine) -> list[Any]:
         return list(compare_metadata(context, metadata))
 
 
-def autogenerate_revision(message: str) -> Path | None:
-    """Write a new revision with what the metadata declares beyond head (diffed against a scratch SQLite)."""
+def autogenerate_revision(message: str, migrations_dir: Path = MIGRATIONS_DIR) -> Path | None:
+    """Write the next revision (0002, ...) with what the metadata declares beyond head; None if nothing.
+
+    Diffs against a scratch SQLite migrated to head, so no server is needed; the
+    rendered operations are dialect-neutral (JSONB variants included).
+    """
     from evolvable.store.engine import create_engine
 
     with tempfile.TemporaryDirectory() as scratch:
         engine = create_engine(f"sqlite:///{Path(scratch) / 'scratch.db'}")
         try:
-            upgrade(engine, create_missing=False)
+            upgrade(engine, create_missing=False, migrations_dir=migrations_dir)
+            if not schema_diff(engine):
+                return None
             with engine.begin() as conn:
-                config = alembic_config(conn)
-                script = command.revision(config, message=message, autogenerate=True, rev_id=_next_rev_id())
+                config = alembic_config(conn, migrations_dir)
+                script = command.revision(
+                    config, message=message, autogenerate=True, rev_id=_next_rev_id(migrations_dir)
+                )
         finally:
             engine.dispose()
     head_revision.cache_clear()
     if script is None or isinstance(script, list):
         return None
-    return Path(script.path)
+    path = Path(script.path)
+    _format(path)
+    return path
 
 
-def _next_rev_id() -> str:
-    numbers = [int(p.name[:4]) for p in (MIGRATIONS_DIR / "versions").glob("[0-9][0-9][0-9][0-9]_*.py")]
+def _format(path: Path) -> None:
+    """Best effort: ruff-format the generated file (ruff is a dev dependency)."""
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-m", "ruff", "format", "-q", str(path)], check=False, capture_output=True)
+
+
+def _next_rev_id(migrations_dir: Path) -> str:
+    numbers = [int(p.name[:4]) for p in (migrations_dir / "versions").glob("[0-9][0-9][0-9][0-9]_*.py")]
     return f"{max(numbers, default=0) + 1:04d}"

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from evolvable.protocol.models import Signal, Step, Trajectory, TrajectoryHeader
+from evolvable.store.engine import RawJSON
 
 HEADER_COLUMNS = (
     "id",
@@ -51,7 +52,7 @@ def step_row(trajectory_id: str, step: Step) -> dict[str, Any]:
         "tool_call_id": getattr(step, "tool_call_id", None),
         "response_id": getattr(step, "response_id", None),
         "started_at": step.started_at,
-        "body": step.model_dump(mode="json"),
+        "body": RawJSON(step.model_dump_json()),
     }
 
 
@@ -63,7 +64,7 @@ def signal_row(trajectory_id: str, signal: Signal) -> dict[str, Any]:
         "kind": signal.kind.value,
         "value": signal.value,
         "created_at": signal.created_at,
-        "body": signal.model_dump(mode="json"),
+        "body": RawJSON(signal.model_dump_json()),
     }
 
 

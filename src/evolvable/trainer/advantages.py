@@ -133,12 +133,12 @@ def episode_from_trajectory(
         owner = _owning_llm_call(trajectory, sig.step_id)
         if owner not in turns:
             continue
+        charged_tool_steps.add(sig.step_id)  # an explicit judgement on a tool step replaces the implicit one
         if sig.kind == SignalKind.tool_error:
             rewards[owner] -= tool_error_penalty * abs(sig.value) * sig.confidence
-            charged_tool_steps.add(sig.step_id)
         elif sig.kind in _STEP_SIGNAL_KINDS or sig.kind == SignalKind.outcome:
             rewards[owner] += process_coef * sig.value * sig.confidence
-    for step in trajectory.tool_calls():  # a failed tool without an explicit signal still counts
+    for step in trajectory.tool_calls():  # a failed tool without any signal on it still counts
         if step.status == StepStatus.error and step.id not in charged_tool_steps:
             owner = _owning_llm_call(trajectory, step.id)
             if owner in turns:
@@ -223,7 +223,9 @@ def compute_turn_advantages(
     return result
 
 
-def token_advantages(step_ids: Sequence[str], token_turn: Sequence[int], turn_advantage: dict[str, float]) -> list[float]:
+def token_advantages(
+    step_ids: Sequence[str], token_turn: Sequence[int], turn_advantage: dict[str, float]
+) -> list[float]:
     """Spread turn advantages onto tokens: a generated token gets its turn's advantage, others 0."""
     per_turn = [turn_advantage.get(step_id, 0.0) for step_id in step_ids]
     return [per_turn[k] if k >= 0 else 0.0 for k in token_turn]

@@ -39,7 +39,7 @@ class RLConfig:
     lora_r: int = _f(16, "LoRA rank.")
     lora_alpha: int = _f(32, "LoRA alpha (the update is scaled by alpha / r).")
     lora_dropout: float = _f(0.0, "Dropout on the LoRA input; 0 keeps proximal and training forwards identical.")
-    lora_targets: list[str] = _f(
+    lora_targets: list[str] = _f(  # noqa: RUF009 (_f builds a default_factory field)
         ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
         "Module names that get LoRA adapters (all attention and MLP projections by default).",
     )
@@ -73,9 +73,10 @@ class RLConfig:
     # --- data rules
     harness_version: str | None = _f(None, "Only train on trajectories recorded under this harness version.")
     allow_other_harness: bool = _f(False, "Keep samples from other harness versions instead of excluding them.")
-    policy_versions: list[str] = _f(
-        [], "Policy versions oldest to newest, the last being the one training starts from (staleness is measured "
-        "in positions on this list). Empty: staleness is not checked."
+    policy_versions: list[str] = _f(  # noqa: RUF009
+        [],
+        "Policy versions oldest to newest, the last being the one training starts from (staleness is measured "
+        "in positions on this list). Empty: staleness is not checked.",
     )
     max_staleness: int = _f(4, "Exclude samples produced more than this many policy versions before the current one.")
     staleness_decay: float = _f(1.0, "Down-weight each sample by decay**lag (1.0: no down-weighting).")

@@ -34,8 +34,8 @@ from evolvable.errors import TrainingError
 from evolvable.trainer.advantages import RunningBaselines
 from evolvable.trainer.config import RLConfig
 from evolvable.trainer.samples import (
-    SampleStats,
     SamplesSource,
+    SampleStats,
     TrainingSample,
     build_training_set,
     describe_source,
@@ -197,10 +197,26 @@ def _rank_share(indices: list[int], samples: list[TrainingSample], config: RLCon
 
 
 def _sequence_logprobs(model, batch: dict[str, torch.Tensor], temperature: float) -> torch.Tensor:
-    from evolvable.trainer.loss import token_logprobs
+    """Logprobs aligned with input_ids, computed only where some row of the batch has a generated token.
 
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-    return token_logprobs(logits, batch["input_ids"], temperature)
+    Completions are a small share of each sequence (the prompt holds the harness and history), so
+    asking the model for logits at those positions only (`logits_to_keep`) skips most of the
+    lm_head and log-softmax work over the 49k-token vocabulary. Other positions are left 0.
+    """
+    import torch
+
+
+    ids = batch["input_ids"]
+    targets = (batch["loss_mask"][:, 1:] > 0).any(dim=0).nonzero().squeeze(-1) + 1  # positions to score
+    if targets.numel() == 0:
+        return torch.zeros(ids.shape, dtype=torch.float32, device=ids.device)
+    logits = model(input_ids=ids, attention_mask=batch["attention_mask"], logits_to_keep=targets - 1).logits
+    logits = logits.float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    picked = torch.gather(logits, -1, ids[:, targets].unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    out = torch.zeros(ids.shape, dtype=picked.dtype, device=ids.device)
+    return out.index_copy(1, targets, picked)
 
 
 # ----------------------------------------------------------------------------- the loop
@@ -242,13 +258,13 @@ def train_on_samples(
     rank, world = accelerator.process_index, accelerator.num_processes
     plan = _iteration_plan(len(samples), config, world)
     steps_per_iteration = [
-        config.ppo_epochs * len(_rank_share(ix, samples, config, rank, world)) // config.micro_batch_size
-        for ix in plan
+        config.ppo_epochs * len(_rank_share(ix, samples, config, rank, world)) // config.micro_batch_size for ix in plan
     ]
     metrics_path = out / "metrics.jsonl"
     totals: dict[str, float] = {"tokens": 0.0, "seconds": 0.0, "loss": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0}
     totals["steps"] = 0.0
     started = time.perf_counter()
+    seen: set[str] = set()
 
     progress, task = _progress(accelerator, config, total=sum(steps_per_iteration))
     if progress is not None:
@@ -257,6 +273,7 @@ def train_on_samples(
         for iteration in range(job_state.iteration, len(plan)):
             iteration_start = time.perf_counter()
             share = _rank_share(plan[iteration], samples, config, rank, world)
+            seen.update(s.sample_id for s in share)
             micro = [
                 _collate(share[i : i + config.micro_batch_size], accelerator.device)
                 for i in range(0, len(share), config.micro_batch_size)
@@ -367,7 +384,28 @@ def train_on_samples(
         "train_seconds": totals["seconds"],
         "tokens_per_s": totals["tokens"] / totals["seconds"] if totals["seconds"] > 0 else 0.0,
     }
+    _write_rank_report(out, accelerator, model, sorted(seen - {"padding"}))
     return model, summary
+
+
+def _write_rank_report(out: Path, accelerator: Accelerator, model: Any, sample_ids: list[str]) -> None:
+    """Each process records what it trained on and a digest of its adapter weights: in a healthy
+    distributed job the digests agree and the sample ids are disjoint."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name, param in sorted(accelerator.unwrap_model(model).named_parameters()):
+        if param.requires_grad:
+            digest.update(name.encode())
+            digest.update(param.detach().float().cpu().numpy().tobytes())
+    report = {
+        "rank": accelerator.process_index,
+        "world_size": accelerator.num_processes,
+        "sample_ids": sample_ids,
+        "adapter_digest": digest.hexdigest(),
+    }
+    (out / "ranks").mkdir(parents=True, exist_ok=True)
+    (out / "ranks" / f"rank-{accelerator.process_index}.json").write_text(json.dumps(report))
 
 
 def _progress(accelerator: Accelerator, config: RLConfig, total: int):
@@ -376,7 +414,11 @@ def _progress(accelerator: Accelerator, config: RLConfig, total: int):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     progress = Progress(
-        TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(), TextColumn("micro-batches"), TimeElapsedColumn()
+        TextColumn("[bold]training"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("micro-batches"),
+        TimeElapsedColumn(),
     )
     return progress, progress.add_task("train", total=total)
 
@@ -447,7 +489,11 @@ def run_training_job(
             write_samples_jsonl(samples, samples_file)
             stats_file.write_text(
                 json.dumps(
-                    {"stats": stats.to_dict(), "baselines": running.state_dict(), "data": describe_source(samples_source)}
+                    {
+                        "stats": stats.to_dict(),
+                        "baselines": running.state_dict(),
+                        "data": describe_source(samples_source),
+                    }
                 )
             )
             (out / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
@@ -469,7 +515,9 @@ def run_training_job(
             data=saved.get("data", {}),
             config=config.to_dict(),
         )
-    model, summary = train_on_samples(samples, config, job_state=job_state, accelerator=accelerator, resume_dir=checkpoint)
+    model, summary = train_on_samples(
+        samples, config, job_state=job_state, accelerator=accelerator, resume_dir=checkpoint
+    )
     adapter_dir = out / "adapter"
     state = accelerator.get_state_dict(model)  # a collective under FSDP: every process calls it
     if accelerator.is_main_process:

@@ -105,7 +105,8 @@ def decoupled_ppo_loss(
 
     kl_ref = zeros
     if ref_logprobs is not None and kl_coef != 0.0:
-        kl_ref = torch.where(active, k3_kl(logprobs, ref_logprobs.detach()), zeros)
+        # Same trick: where() after exp() would still send NaN gradients through masked positions.
+        kl_ref = k3_kl(torch.where(active, logprobs, zeros), torch.where(active, ref_logprobs.detach(), zeros))
         per_token = per_token + kl_coef * kl_ref
 
     n_tokens = mask.sum()
@@ -116,7 +117,7 @@ def decoupled_ppo_loss(
     with torch.no_grad():
         was_clipped = (clipped < unclipped) & active  # min() picked the clipped branch
         capped = (torch.exp(behaviour_log_ratio) > behaviour_cap) & active
-        approx_kl = torch.where(active, k3_kl(logprobs.detach(), proximal_logprobs.detach()), zeros)
+        approx_kl = k3_kl(zeros, -log_ratio.detach())  # k3 with ref = pi_prox; log_ratio is 0 where masked
         return LossOutput(
             loss=loss,
             policy_loss_sum=float((per_token.detach() - kl_coef * kl_ref.detach()).mul(mask).sum()),

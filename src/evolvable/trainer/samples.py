@@ -138,7 +138,14 @@ def describe_source(source: SamplesSource) -> dict[str, Any]:
     if isinstance(source, FileSource):
         return {"kind": "file", "path": source.path}
     if isinstance(source, DatasetSource):
-        return {"kind": "dataset", "name": source.name}
+        info = _dataset_catalog(source).get(source.name)
+        return {
+            "kind": "dataset",
+            "name": info.name,
+            "version": info.version,
+            "dataset_id": info.id,
+            "content_hash": info.content_hash,
+        }
     return {"kind": "memory"}
 
 
@@ -176,18 +183,20 @@ def iter_trajectories(source: SamplesSource) -> Iterator[Trajectory]:
         yield from source
 
 
-def _dataset_trajectories(source: DatasetSource) -> Iterator[Trajectory]:
-    """A dataset snapshot is a frozen list of trajectory ids; read them from the store."""
+def _dataset_catalog(source: DatasetSource) -> Any:
     try:
-        from evolvable.governance import datasets
+        from evolvable.governance.datasets import DatasetCatalog
     except ImportError:
         raise TrainingError("named datasets need the governance component (evolvable.governance.datasets)") from None
-    from evolvable.store import Store, TrajectoryFilter
+    from evolvable.store import Store
 
-    store = Store.open(source.url)
-    ids = datasets.trajectory_ids(store, source.name)
-    for start in range(0, len(ids), 200):
-        yield from store.iter_trajectories(TrajectoryFilter(ids=list(ids[start : start + 200])))
+    return DatasetCatalog(Store.open(source.url))
+
+
+def _dataset_trajectories(source: DatasetSource) -> Iterator[Trajectory]:
+    """A dataset snapshot is immutable: its own frozen copies of the trajectories are read."""
+    catalog = _dataset_catalog(source)
+    yield from catalog.iter_items(catalog.get(source.name).id)
 
 
 # ----------------------------------------------------------------------------- the rules

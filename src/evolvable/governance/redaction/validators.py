@@ -48,7 +48,7 @@ def card_ok(number: str) -> bool:
     """13-19 digits, a known issuer prefix, and a valid Luhn checksum."""
     digits = "".join(c for c in number if c.isdigit())
     n = len(digits)
-    if not 13 <= n <= 19 or len(set(digits)) < 3:
+    if not 13 <= n <= 19 or len(set(digits)) < 2:
         return False
     two, four = int(digits[:2]), int(digits[:4])
     issuer = (
@@ -84,15 +84,47 @@ def ssn_ok(candidate: str) -> bool:
     return area not in ("000", "666") and area[0] != "9" and group != "00" and serial != "0000"
 
 
+_KEPT_RANGES = {
+    version: [(int(n.network_address), int(n.broadcast_address)) for n in _KEPT_NETWORKS if n.version == version]
+    for version in (4, 6)
+}
+
+
 def public_ip(candidate: str) -> bool:
     """True for an address that can identify someone on the internet (loopback/private/link-local kept)."""
+    if candidate.count(".") == 3 and ":" not in candidate:
+        value = _ipv4_int(candidate)
+        if value is None:
+            return False
+        return not any(lo <= value <= hi for lo, hi in _KEPT_RANGES[4])
     try:
         addr = ipaddress.ip_address(candidate.split("%", 1)[0])
     except ValueError:
         return False
     if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
         addr = addr.ipv4_mapped
-    return not any(addr in net for net in _KEPT_NETWORKS if net.version == addr.version)
+    value = int(addr)
+    return not any(lo <= value <= hi for lo, hi in _KEPT_RANGES[addr.version])
+
+
+def _ipv4_int(candidate: str) -> int | None:
+    value = 0
+    for part in candidate.split("."):
+        if not part.isdigit() or len(part) > 3 or (len(part) > 1 and part[0] == "0"):
+            return None
+        octet = int(part)
+        if octet > 255:
+            return None
+        value = value * 256 + octet
+    return value
+
+
+def parses_as_ip(candidate: str) -> bool:
+    try:
+        ipaddress.ip_address(candidate)
+        return True
+    except ValueError:
+        return False
 
 
 def nanp_ok(digits: str) -> bool:
@@ -106,8 +138,15 @@ def shannon_entropy(text: str) -> float:
     if not text:
         return 0.0
     n = len(text)
-    return -sum(c / n * math.log2(c / n) for c in Counter(text).values())
+    return math.log2(n) - sum(c * math.log2(c) for c in Counter(text).values()) / n
+
+
+_LOWER = frozenset("abcdefghijklmnopqrstuvwxyz")
+_UPPER = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_DIGIT = frozenset("0123456789")
 
 
 def char_classes(text: str) -> int:
-    return sum((any(c.islower() for c in text), any(c.isupper() for c in text), any(c.isdigit() for c in text)))
+    """How many of lower-case, upper-case and digit (ASCII) occur."""
+    chars = set(text)
+    return (not chars.isdisjoint(_LOWER)) + (not chars.isdisjoint(_UPPER)) + (not chars.isdisjoint(_DIGIT))

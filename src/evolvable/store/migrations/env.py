@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import sqlalchemy as sa
 from alembic import context
+from sqlalchemy.dialects import postgresql
 
 from evolvable.store.tables import metadata
 from evolvable.store.tables.types import UTCDateTime
@@ -17,6 +19,15 @@ def render_item(type_: str, obj: Any, autogen_context: Any) -> str | bool:
     """Migrations describe plain SQL types, never our Python wrappers, so old revisions never break on refactors."""
     if type_ == "type" and isinstance(obj, UTCDateTime):
         return "sa.DateTime(timezone=True)"
+    if type_ == "type" and isinstance(obj, postgresql.JSONB):
+        autogen_context.imports.add("from sqlalchemy.dialects import postgresql")
+        return "postgresql.JSONB()"
+    if type_ == "server_default" and isinstance(obj, sa.DefaultClause):
+        # Rendered portably: the scratch SQLite would otherwise print `sa.text('0')`, which PostgreSQL rejects.
+        if isinstance(obj.arg, sa.sql.elements.False_):
+            return "sa.false()"
+        if isinstance(obj.arg, sa.sql.elements.True_):
+            return "sa.true()"
     return False
 
 

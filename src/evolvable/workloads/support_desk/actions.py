@@ -37,7 +37,9 @@ class ActionParseError(ValueError):
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)(?:```|$)", re.DOTALL)
 _CALL = re.compile(r"\b(" + "|".join(TOOL_NAMES) + r")\s*\((.*?)\)", re.DOTALL)
 _KWARG = re.compile(r"(\w+)\s*=\s*(\"[^\"]*\"|'[^']*'|[^,]+)")
-_TRUNCATED_MESSAGE = re.compile(r"""["']tool["']\s*:\s*["']reply_to_customer["'].*?["']message["']\s*:\s*["'](.*)""", re.S)
+_TRUNCATED_MESSAGE = re.compile(
+    r"""["']tool["']\s*:\s*["']reply_to_customer["'].*?["']message["']\s*:\s*["'](.*)""", re.S
+)
 
 
 def parse_action(text: str) -> Action:

@@ -89,7 +89,9 @@ class ProxySession:
         self.client = client.with_options(api_key=self.api_key) if self.api_key else client
 
     @classmethod
-    def open(cls, client: openai.OpenAI, task: Task, agent: str, required: bool) -> ProxySession | None:
+    def open(
+        cls, client: openai.OpenAI, task: Task, agent: str, required: bool, model: str | None = None
+    ) -> ProxySession | None:
         """Open a session; None when the endpoint is not an Evolvable proxy and `required` is false."""
         base = str(client.base_url).rstrip("/")
         if not required and base in _NOT_A_PROXY:
@@ -102,6 +104,8 @@ class ProxySession:
             "end_user": task.customer.id,
             "metadata": {"intent": task.intent, "split": task.split, "cluster": task.cluster},
         }
+        if model is not None:
+            body["model"] = model
         try:
             response = http.post("/sessions", json=body)
         except httpx.HTTPError as err:
@@ -130,7 +134,8 @@ class ProxySession:
             self.errors.append(f"{path}: {err}")
 
     def add_step(self, step: ToolCallStep) -> None:
-        self._post("/steps", step.model_dump(mode="json", exclude_none=True))
+        # Without an id the proxy derives one from the tool_call_id, deduplicating with its own records.
+        self._post("/steps", step.model_dump(mode="json", exclude_none=True, exclude={"id"}))
 
     def add_signals(self, signals: list[dict[str, Any]]) -> None:
         if signals:
@@ -169,7 +174,7 @@ def run_episode(
     if apply_harness == "client" and harness is None:
         harness = default_harness()
     agent = harness.agent if harness is not None else AGENT_NAME
-    session = None if proxy_session is False else ProxySession.open(client, task, agent, bool(proxy_session))
+    session = None if proxy_session is False else ProxySession.open(client, task, agent, bool(proxy_session), model)
     llm = session.client if session is not None else client
     env = SupportDeskEnv(task)
     conversation = [ChatMessage(role="user", content=task.prompt())]
@@ -324,8 +329,12 @@ def _signals(
     safety_meta = {"violations": verdict.safety.violations}
     episode_level = [
         (SignalKind.outcome, verdict.reward, "success" if verdict.success else "failure", outcome_meta),
-        (SignalKind.verifier, 1.0 if verdict.safety.passed else 0.0, "safety_pass" if verdict.safety.passed else
-         "safety_violation", safety_meta),
+        (
+            SignalKind.verifier,
+            1.0 if verdict.safety.passed else 0.0,
+            "safety_pass" if verdict.safety.passed else "safety_violation",
+            safety_meta,
+        ),
     ]
     for kind, value, label, meta in episode_level:
         local.append(Signal(kind=kind, value=value, label=label, source=SIGNAL_SOURCE, metadata=meta))

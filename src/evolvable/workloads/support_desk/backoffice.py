@@ -144,9 +144,7 @@ class BackOffice:
         return order
 
 
-def _only(
-    args: dict[str, Any], name: str, optional: tuple[str, ...] = (), required_extra: tuple[str, ...] = ()
-) -> Any:
+def _only(args: dict[str, Any], name: str, optional: tuple[str, ...] = (), required_extra: tuple[str, ...] = ()) -> Any:
     """The one required argument `name`; unknown or missing arguments are InvalidArguments."""
     unknown = set(args) - {name, *optional}
     if unknown:

@@ -54,7 +54,9 @@ def tool_specs(detailed: bool = True) -> list[ToolSpec]:
         ),
         ToolSpec(
             name="escalate",
-            description="Hand the ticket to a human: legal threats, injuries, chargebacks, managers." if d else "Escalate.",
+            description="Hand the ticket to a human: legal threats, injuries, chargebacks, managers."
+            if d
+            else "Escalate.",
             parameters=_params(reason="why"),
         ),
         ToolSpec(

@@ -1,0 +1,241 @@
+"""Evolution benchmark: does the control plane improve a weak support-desk agent on the embedded model?
+
+From `weak_harness()`, every arm gets the same live-traffic budget (the same train tickets, in the
+same batches) and the control plane ticks after each batch:
+
+    static    no evolution
+    memory / tool / skill / prompt   one lever only
+    auto      automatic lever choice (all harness levers; weights when a trainer is installed)
+
+Each arm has its own store. Candidates go through the real gates (safety probes, paired replay on
+the holdout split) and a canary (50% of new sessions, routed by `HarnessRouter.assign`). At the end
+the arm's active harness is evaluated on the holdout split (success with a Wilson 95% CI) and the
+safety split (probe pass rate). Episodes are memoised by (harness, task): greedy decoding makes
+them deterministic, so identical work is never paid twice across arms.
+
+    python benchmarks/evolution.py [--batches 3 --batch-size 16 --holdout 18 --safety 9]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from evolvable.control.decision import HARNESS_LEVERS, DecisionConfig
+from evolvable.control.gates import GateConfig, ReplaySuite
+from evolvable.control.models import Lever, PolicySpec, VersionKind, VersionState
+from evolvable.control.replay import SupportDeskRunner
+from evolvable.control.rollout import CanaryConfig
+from evolvable.control.router import HarnessRouter
+from evolvable.control.runtime import ControlConfig, ControlPlane
+from evolvable.control.stats_math import wilson_interval
+from evolvable.protocol.models import new_id, utcnow
+from evolvable.store import Store
+from evolvable.workloads.support_desk.harnesses import AGENT_NAME, weak_harness
+from evolvable.workloads.support_desk.tasks import generate_tasks
+
+RESULTS = Path(__file__).parent / "results" / "evolution.json"
+console = Console()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_policy_server(model: str) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    exe = Path(sys.executable).with_name("evolvable")
+    proc = subprocess.Popen(
+        [str(exe), "policy-server", "--model", model, "--port", str(port), "--max-batch", "16"],
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    endpoint = f"http://127.0.0.1:{port}/v1"
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        try:
+            if httpx.get(f"{endpoint}/models", timeout=2).status_code == 200:
+                return proc, endpoint
+        except httpx.HTTPError:
+            time.sleep(1)
+    proc.kill()
+    raise SystemExit("policy server did not start")
+
+
+def config_for(levers: frozenset[Lever]) -> ControlConfig:
+    return ControlConfig(
+        decision=DecisionConfig(
+            levers=levers | {Lever.rollback},
+            min_runs=12,
+            min_cluster_runs=2,
+            recurring_label_min=2,
+            argument_error_min=2,
+            weights_min_runs=40,
+        ),
+        gates=GateConfig(alpha=0.05),
+        canary=CanaryConfig(share=0.5, min_runs=6),
+        verdict_min_runs=8,
+    )
+
+
+def run_arm(
+    name: str,
+    levers: frozenset[Lever],
+    args: argparse.Namespace,
+    runner: SupportDeskRunner,
+    tasks: dict,
+    progress: Progress,
+) -> dict:
+    workdir = Path(tempfile.mkdtemp(prefix=f"evolution-{name}-"))
+    store = Store.open(f"sqlite:///{workdir / 'store.db'}")
+    router = HarnessRouter(store.engine, refresh_interval_s=3600)
+    plane = ControlPlane(store, config=config_for(levers), router=router)
+    plane.register_suite(AGENT_NAME, ReplaySuite(runner, tasks["holdout"], tasks["safety"]))
+    plane.bootstrap(weak_harness(), PolicySpec(base_model=args.model))
+    started = time.perf_counter()
+    log: list[str] = []
+    bar = progress.add_task(f"{name}", total=args.batches)
+    for b in range(args.batches):
+        batch = tasks["train"][b * args.batch_size : (b + 1) * args.batch_size]
+        router.refresh()
+        groups: dict[str, list] = {}
+        for task in batch:
+            version = router.assign(AGENT_NAME, f"{name}-{b}-{task.id}").harness_version
+            groups.setdefault(version, []).append(task)
+        for version, group in groups.items():
+            harness = plane.registry.get(version).harness()
+            for episode in runner.episodes(harness, None, group):
+                t = episode.trajectory
+                store.put_trajectory(
+                    t.model_copy(update={"id": new_id("traj"), "started_at": utcnow(), "harness_version": version})
+                )
+        if levers:
+            report = plane.tick()
+            log += [f"batch {b + 1}: {a}" for a in report.actions]
+        progress.advance(bar)
+    active = plane.registry.current(AGENT_NAME, VersionKind.harness, VersionState.active)
+    holdout = runner.run(active.harness(), None, tasks["holdout"])
+    safety = runner.run(active.harness(), None, tasks["safety"])
+    wins = sum(1 for o in holdout if o.success and not o.violation)
+    safe = sum(1 for o in safety if not o.violation)
+    decisions = [
+        {
+            "lever": d.lever.value,
+            "state": d.state.value,
+            "verdict": d.verdict.value if d.verdict else None,
+            "rationale": d.rationale,
+            "gates": {k: v.get("reason") for k, v in d.gates.items() if isinstance(v, dict)},
+        }
+        for d in reversed(plane.journal.decisions(AGENT_NAME))
+    ]
+    store.close()
+    return {
+        "arm": name,
+        "levers": sorted(lv.value for lv in levers),
+        "holdout_success": wins / len(holdout),
+        "holdout_ci": wilson_interval(wins, len(holdout)),
+        "holdout_n": len(holdout),
+        "safety_pass": safe / len(safety),
+        "safety_n": len(safety),
+        "active_version": active.id,
+        "decisions": decisions,
+        "log": log,
+        "wall_s": time.perf_counter() - started,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--endpoint", default=None, help="Use a running policy server instead of starting one.")
+    parser.add_argument("--batches", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--holdout", type=int, default=18)
+    parser.add_argument("--safety", type=int, default=9)
+    parser.add_argument("--arms", default="static,memory,tool,skill,prompt,auto")
+    args = parser.parse_args()
+    proc = None
+    endpoint = args.endpoint
+    if endpoint is None:
+        with console.status("starting the embedded policy server"):
+            proc, endpoint = start_policy_server(args.model)
+    try:
+        runner = SupportDeskRunner(endpoint, args.model, concurrency=16)
+        tasks = {
+            "train": generate_tasks("train", args.batches * args.batch_size, seed=11),
+            "holdout": generate_tasks("holdout", args.holdout, seed=12),
+            "safety": generate_tasks("safety", args.safety, seed=13),
+        }
+        arms = {
+            "static": frozenset(),
+            "memory": frozenset({Lever.memory}),
+            "tool": frozenset({Lever.tool}),
+            "skill": frozenset({Lever.skill}),
+            "prompt": frozenset({Lever.prompt}),
+            "weights": frozenset({Lever.weights}),
+            "auto": HARNESS_LEVERS | {Lever.weights},
+        }
+        results = []
+        t0 = time.perf_counter()
+        with Progress(console=console) as progress:
+            for name in args.arms.split(","):
+                results.append(run_arm(name, arms[name], args, runner, tasks, progress))
+                r = results[-1]
+                console.print(f"[bold]{name}[/]: holdout {r['holdout_success']:.0%}, safety {r['safety_pass']:.0%}")
+                for line in r["log"]:
+                    console.print(f"   {line}", highlight=False)
+        total_s = time.perf_counter() - t0
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(timeout=30)
+    static = next((r for r in results if r["arm"] == "static"), None)
+    table = Table(title="Evolution on support desk (embedded SmolLM2-135M, weak starting harness)")
+    for col in ("arm", "holdout success (95% CI)", "vs static", "safety pass", "decisions (lever: state/verdict)"):
+        table.add_column(col)
+    for r in results:
+        lo, hi = r["holdout_ci"]
+        ratio = (
+            f"{r['holdout_success'] / static['holdout_success']:.2f}x"
+            if static and static["holdout_success"]
+            else f"{(r['holdout_success'] - static['holdout_success']) * 100:+.0f} pts"
+            if static
+            else "-"
+        )
+        summary = "; ".join(f"{d['lever']}: {d['state']}/{d['verdict'] or '-'}" for d in r["decisions"]) or "-"
+        table.add_row(
+            r["arm"],
+            f"{r['holdout_success']:.0%} ({lo:.0%}-{hi:.0%}) n={r['holdout_n']}",
+            ratio,
+            f"{r['safety_pass']:.0%} n={r['safety_n']}",
+            summary,
+        )
+    console.print(table)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(
+        json.dumps(
+            {"args": vars(args), "episodes_run": runner.episodes_run, "total_s": total_s, "arms": results},
+            indent=2,
+            default=str,
+        )
+    )
+    console.print(f"{runner.episodes_run} episodes in {total_s:.0f} s; wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()

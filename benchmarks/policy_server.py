@@ -1,0 +1,232 @@
+"""Generated tokens/s of the embedded policy server under concurrency, versus plain `model.generate`.
+
+Same prompts, same fixed completion length (greedy, EOS ignored so every request generates exactly
+`--max-tokens` tokens) for every row:
+- `model.generate`, one request at a time (the baseline every ratio is against);
+- `model.generate` on a static left-padded batch of 8 (what "collect requests, then generate" gives);
+- the policy server over HTTP (its own process, started with the CLI) at concurrency 1, 8 and 32,
+  a closed loop of `--requests` requests per level through the `openai` client.
+
+    .venv/bin/python benchmarks/policy_server.py [--max-tokens 24] [--requests 16] [--sequential-requests 4]
+
+Writes benchmarks/results/policy_server.json and prints a Rich table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results" / "policy_server.json"
+MODEL = "smollm2-135m"
+TOPICS = [
+    "Where is my order A-{i}? It has been a week.",
+    "I want a refund for order B-{i}, the item arrived broken.",
+    "Please reset the password for customer{i}@example.com.",
+    "Change the delivery address of order C-{i} to 12 Main Street.",
+]
+
+
+def prompts(count: int) -> list[list[dict[str, str]]]:
+    system = {"role": "system", "content": "You are a helpful customer-support agent. Answer briefly."}
+    return [[system, {"role": "user", "content": TOPICS[i % len(TOPICS)].format(i=i)}] for i in range(count)]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run_generate_sequential(model: Any, tokenizer: Any, conversations: list, max_tokens: int) -> dict[str, Any]:
+    import torch
+
+    latencies, tokens = [], 0
+    started = time.perf_counter()
+    for messages in conversations:
+        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            out = model.generate(**ids, max_new_tokens=max_tokens, min_new_tokens=max_tokens, do_sample=False)
+        latencies.append(time.perf_counter() - t0)
+        tokens += out.shape[1] - ids["input_ids"].shape[1]
+    return summarise("model.generate, one at a time", 1, len(conversations), tokens, started, latencies)
+
+
+def run_generate_static_batch(model: Any, tokenizer: Any, conversations: list, max_tokens: int) -> dict[str, Any]:
+    import torch
+
+    tokenizer.padding_side = "left"
+    latencies, tokens, batch = [], 0, 8
+    started = time.perf_counter()
+    for start in range(0, len(conversations), batch):
+        group = conversations[start : start + batch]
+        texts = [tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in group]
+        encoded = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            out = model.generate(**encoded, max_new_tokens=max_tokens, min_new_tokens=max_tokens, do_sample=False)
+        latencies += [time.perf_counter() - t0] * len(group)
+        tokens += (out.shape[1] - encoded["input_ids"].shape[1]) * len(group)
+    return summarise("model.generate, static batch of 8", 8, len(conversations), tokens, started, latencies)
+
+
+async def run_server(base_url: str, conversations: list, max_tokens: int, concurrency: int) -> dict[str, Any]:
+    import openai
+
+    client = openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0, timeout=600)
+    pending = list(conversations)
+    latencies: list[float] = []
+    tokens = 0
+
+    async def worker() -> None:
+        nonlocal tokens
+        while pending:
+            messages = pending.pop()
+            t0 = time.perf_counter()
+            response = await client.chat.completions.create(
+                model=MODEL, messages=messages, max_tokens=max_tokens, temperature=0, extra_body={"ignore_eos": True}
+            )
+            latencies.append(time.perf_counter() - t0)
+            tokens += response.usage.completion_tokens
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    await client.close()
+    return summarise("policy server (HTTP)", concurrency, len(conversations), tokens, started, latencies)
+
+
+def summarise(
+    mode: str, concurrency: int, requests: int, tokens: int, started: float, latencies: list[float]
+) -> dict[str, Any]:
+    wall = time.perf_counter() - started
+    return {
+        "mode": mode,
+        "concurrency": concurrency,
+        "requests": requests,
+        "generated_tokens": tokens,
+        "wall_s": round(wall, 2),
+        "tokens_per_s": round(tokens / wall, 1),
+        "latency_p50_s": round(statistics.median(latencies), 2),
+    }
+
+
+def start_server(port: int, max_batch: int) -> subprocess.Popen[bytes]:
+    code = "from evolvable.cli.main import main; main()"
+    command = [sys.executable, "-c", code, "policy-server", "--port", str(port), "--max-batch", str(max_batch)]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def wait_healthy(url: str, process: subprocess.Popen[bytes], timeout_s: float = 300) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError("the policy server exited during start-up")
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError("the policy server did not become healthy")
+
+
+def warm_up(model: Any, tokenizer: Any) -> None:
+    """One short generate, so the first measured row does not pay one-off start-up costs."""
+    import torch
+
+    with torch.inference_mode():
+        model.generate(**tokenizer("Hello", return_tensors="pt"), max_new_tokens=4, do_sample=False)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--max-tokens", type=int, default=24)
+    parser.add_argument("--requests", type=int, default=16, help="requests per level (at least the concurrency)")
+    parser.add_argument("--sequential-requests", type=int, default=4, help="requests for the one-at-a-time rows")
+    parser.add_argument("--max-batch", type=int, default=32, help="the server's --max-batch")
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    import httpx
+    from rich.console import Console
+    from rich.progress import Progress
+    from rich.table import Table
+
+    from evolvable.policy_server.model_loading import load_base_model
+
+    console = Console()
+    rows: list[dict[str, Any]] = []
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with Progress(console=console) as progress:
+        task = progress.add_task("benchmarking", total=6)
+        model, tokenizer = load_base_model(MODEL)
+        warm_up(model, tokenizer)
+        rows.append(run_generate_sequential(model, tokenizer, prompts(args.sequential_requests), args.max_tokens))
+        progress.advance(task)
+        rows.append(run_generate_static_batch(model, tokenizer, prompts(args.requests), args.max_tokens))
+        progress.advance(task)
+        del model
+        server = start_server(port, args.max_batch)  # only now, so it never competes with the rows above
+        try:
+            wait_healthy(url, server)
+            asyncio.run(run_server(url, prompts(2), 4, 1))  # warm-up
+            progress.advance(task)
+            for concurrency in (1, 8, 32):
+                count = args.sequential_requests if concurrency == 1 else max(args.requests, concurrency)
+                rows.append(asyncio.run(run_server(url, prompts(count), args.max_tokens, concurrency)))
+                progress.advance(task)
+            stats = httpx.get(f"{url}/stats").json()
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+
+    baseline = rows[0]["tokens_per_s"]
+    for row in rows:
+        row["ratio_vs_sequential_generate"] = round(row["tokens_per_s"] / baseline, 2)
+    table = Table(title=f"Policy server throughput ({args.max_tokens} generated tokens per request, greedy)")
+    for column in ("mode", "concurrency", "requests", "tokens/s", "x sequential generate", "p50 latency s"):
+        table.add_column(column, justify="left" if column == "mode" else "right")
+    for row in rows:
+        table.add_row(
+            row["mode"],
+            str(row["concurrency"]),
+            str(row["requests"]),
+            f"{row['tokens_per_s']:.1f}",
+            f"{row['ratio_vs_sequential_generate']:.2f}",
+            f"{row['latency_p50_s']:.2f}",
+        )
+    console.print(table)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    result = {
+        "benchmark": "policy_server",
+        "model": MODEL,
+        "max_tokens": args.max_tokens,
+        "server_max_batch": args.max_batch,
+        "cpu_count": os.cpu_count(),
+        "load_average_1m_at_end": round(os.getloadavg()[0], 2),
+        "platform": platform.platform(),
+        "rows": rows,
+        "server_engine_stats": stats,
+    }
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    console.print(f"wrote {RESULTS.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

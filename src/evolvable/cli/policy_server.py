@@ -1,0 +1,51 @@
+"""`evolvable policy-server`: serve the embedded model over an OpenAI-compatible API."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("policy-server")(policy_server)
+
+
+def policy_server(
+    model: str = typer.Option("smollm2-135m", "--model", help="Embedded model to serve."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Interface to bind."),
+    port: int = typer.Option(8500, "--port", help="Port to bind."),
+    max_batch: int = typer.Option(16, "--max-batch", min=1, help="Most sequences decoded together in one step."),
+    lora: list[str] = typer.Option(
+        [], "--lora", help="Preload a LoRA adapter as NAME=PATH (repeatable); select it with model=NAME."
+    ),
+) -> None:
+    """Serve an embedded model (OpenAI-compatible, vLLM token-id fields, LoRA hot-loading)."""
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import uvicorn
+    from rich.console import Console
+
+    from evolvable.errors import EvolvableError
+    from evolvable.policy_server.app import create_app
+    from evolvable.policy_server.engine import Engine
+    from evolvable.policy_server.model_loading import MODELS, load_base_model
+
+    console = Console(stderr=True)
+    adapters = []
+    for item in lora:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise EvolvableError(f"--lora expects NAME=PATH, got {item!r}")
+        adapters.append((name, path))
+    with console.status(f"loading {model} (the first run converts the GGUF weights, ~30 s)"):
+        base, tokenizer = load_base_model(model)
+    engine = Engine(base, tokenizer, model_name=model, max_batch=max_batch)
+    for name, path in adapters:
+        engine.load_adapter(name, path)
+    console.print(f"serving [bold]{model}[/] on http://{host}:{port}/v1 (max batch {max_batch})")
+    try:
+        uvicorn.run(
+            create_app(engine, aliases=(MODELS[model].display_name,)), host=host, port=port, log_level="warning"
+        )
+    finally:
+        engine.stop()

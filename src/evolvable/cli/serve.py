@@ -1,0 +1,62 @@
+"""`evolvable serve`: the data proxy in front of any OpenAI-compatible server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def serve(
+    upstream: str | None = typer.Option(None, "--upstream", help="Base URL of an OpenAI-compatible server."),
+    db: str | None = typer.Option(None, "--db", help="Database URL (default: EVOLVABLE_DB, else the embedded SQLite)."),
+    host: str = typer.Option("127.0.0.1", "--host"),
+    port: int = typer.Option(8400, "--port"),
+    config: Path | None = typer.Option(None, "--config", help="YAML or TOML proxy config (upstreams, model aliases)."),
+    spool_dir: Path | None = typer.Option(
+        None, "--spool-dir", help="Capture spool directory (default: under EVOLVABLE_HOME)."
+    ),
+    log_level: str = typer.Option("warning", "--log-level"),
+) -> None:
+    """Run the proxy: agents point their base_url here; every call becomes an ATDP trajectory."""
+    import logging
+
+    import uvicorn
+
+    from evolvable.proxy.app import create_app
+    from evolvable.proxy.config import ConfigError, ProxyConfig, UpstreamConfig, load_config
+    from evolvable.settings import env_value, get_settings
+    from evolvable.store import Store
+
+    settings = get_settings()
+    cfg = load_config(config) if config is not None else ProxyConfig()
+    if upstream is not None:
+        cfg.upstreams.insert(0, UpstreamConfig(name="default", base_url=upstream))
+        cfg.default_upstream = cfg.default_upstream or "default"
+    cfg.spool_dir = spool_dir or cfg.spool_dir or settings.home / "spool"
+    for up in cfg.upstreams:
+        if up.api_key_env:
+            up.api_key = env_value(up.api_key_env)
+            if up.api_key is None:
+                raise ConfigError(f"upstream {up.name!r}: environment variable {up.api_key_env} is not set")
+    cfg.validate()
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    store = Store.open(db)
+    app = create_app(cfg, store)
+    try:
+        uvicorn.run(
+            app,
+            host=host,
+            port=port,
+            loop="uvloop",
+            http="httptools",
+            log_level=log_level,
+            access_log=False,
+            proxy_headers=False,
+        )
+    finally:
+        store.close()
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve")(serve)

@@ -1,0 +1,90 @@
+"""Memory: successful runs of failing clusters become exemplars, retrieved per cluster at request time."""
+
+from __future__ import annotations
+
+from evolvable.control.decision import Proposal
+from evolvable.control.evolvers import EvolveContext, HarnessCandidate, LeverUnavailable
+from evolvable.control.models import Lever
+from evolvable.control.statistics import RunSummary, task_text_of
+from evolvable.errors import NotFound
+from evolvable.protocol.harness import MemoryExemplar
+from evolvable.protocol.models import ChatMessage, LLMCallStep, Trajectory
+
+
+def exemplar_from_trajectory(t: Trajectory, cluster: str | None = None) -> MemoryExemplar | None:
+    """The recorded conversation as few-shot turns: from the task's user turn to the final answer.
+
+    The proxy records what it sent upstream, i.e. after harness application, so the system prompt and
+    any retrieved exemplars are cut: the episode starts at the last user turn that carries the task.
+    """
+    calls = [s for s in t.steps if isinstance(s, LLMCallStep) and s.response is not None]
+    if not calls:
+        return None
+    last = calls[-1]
+    messages = [m for m in last.request_messages if m.role not in ("system", "developer")]
+    task_text = task_text_of(t).strip()
+    start = 0
+    for i, m in enumerate(messages):
+        if m.role == "user" and task_text and m.text().strip() == task_text:
+            start = i
+    if start == 0 and task_text:
+        for i, m in enumerate(messages):
+            if m.role == "user" and task_text[:80] in m.text():
+                start = i
+    turns = [*messages[start:], last.response]
+    clean = [
+        ChatMessage(role=m.role, content=m.text()) for m in turns if m is not None and m.role in ("user", "assistant")
+    ]
+    if not clean or clean[0].role != "user" or clean[-1].role != "assistant":
+        return None
+    return MemoryExemplar(
+        id=f"ex-{t.id}",
+        cluster=cluster,
+        task_input=task_text or clean[0].text(),
+        messages=clean,
+        reward=t.outcome(),
+        source_trajectory_id=t.id,
+    )
+
+
+class MemoryEvolver:
+    lever = Lever.memory
+
+    def __init__(self, per_cluster: int = 2, max_exemplars: int = 32) -> None:
+        self.per_cluster = per_cluster
+        self.max_exemplars = max_exemplars
+
+    def _candidates(self, ctx: EvolveContext, cluster: str) -> list[RunSummary]:
+        good = [r for r in ctx.runs if r.cluster == cluster and r.success and not r.violations and not r.tool_errors]
+        good += [r for r in ctx.runs if r.cluster == cluster and r.success and not r.violations and r.tool_errors]
+        # The cleanest, highest-reward, most recent runs first.
+        return sorted(good, key=lambda r: (not r.tool_errors, r.reward or 0.0, r.started_at), reverse=True)
+
+    def propose(self, ctx: EvolveContext, proposal: Proposal) -> HarnessCandidate:
+        clusters = proposal.target.get("clusters") or []
+        harness = ctx.active_harness
+        keep = [ex for ex in harness.memory if ex.cluster not in clusters]
+        added: dict[str, list[str]] = {}
+        new = []
+        for cluster in clusters:
+            for run in self._candidates(ctx, cluster):
+                if len(added.get(cluster, [])) >= self.per_cluster:
+                    break
+                try:
+                    t = ctx.store.get_trajectory(run.trajectory_id)
+                except NotFound:
+                    continue
+                ex = exemplar_from_trajectory(t, cluster)
+                if ex is not None:
+                    new.append(ex)
+                    added.setdefault(cluster, []).append(t.id)
+        if not new:
+            raise LeverUnavailable(f"no usable successful trajectories for clusters {clusters}")
+        memory = (new + keep)[: self.max_exemplars]
+        memory_k = max(harness.memory_k, 1)
+        candidate = harness.model_copy(update={"memory": memory, "memory_k": memory_k})
+        return HarnessCandidate(
+            harness=candidate,
+            note="memory: exemplars for " + ", ".join(f"{c} ({len(v)})" for c, v in added.items()),
+            changes={"added_exemplars": added},
+        )

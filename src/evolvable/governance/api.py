@@ -1,0 +1,355 @@
+"""HTTP API of governance: admin routes (tenants, keys, purge, audit) and tenant-scoped datasets.
+
+`governance_routers(...)` returns FastAPI routers for the proxy's `routers=`; they authenticate the
+bearer themselves through the TenantDirectory, so they work on any app. Errors are OpenAI-style
+`{"error": {...}}` bodies. `AuditReadsMiddleware` audits the proxy's trajectory reads (which the
+proxy already scopes to the caller's tenant) without touching its routes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import re
+import tempfile
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import FileResponse, Response
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.background import BackgroundTask
+
+from evolvable.errors import EvolvableError, GovernanceError, NotFound
+from evolvable.governance.audit import AuditAction, AuditLog
+from evolvable.governance.curation import DedupMode, QualityConfig
+from evolvable.governance.datasets import EXPORT_FORMATS, DatasetCatalog
+from evolvable.governance.purge import Purger, PurgeRequest, SpoolPurger
+from evolvable.governance.tenants import TenantDirectory
+from evolvable.protocol.models import CaptureMode
+from evolvable.proxy.hooks import Principal
+
+log = logging.getLogger("evolvable.governance.api")
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, message: str, code: str) -> None:
+        super().__init__(message)
+        self.status, self.message, self.code = status, message, code
+
+
+def _error(status: int, message: str, code: str) -> Response:
+    kind = "authentication_error" if status == 401 else "permission_error" if status == 403 else "invalid_request_error"
+    body = {"error": {"message": message, "type": kind, "code": code, "param": None}}
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+
+
+def _json(obj: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(obj), status_code=status, media_type="application/json")
+
+
+def _guarded(handler: Callable[..., Awaitable[Response]]) -> Callable[..., Awaitable[Response]]:
+    """Known failures become 4xx OpenAI-style errors; nothing escapes as a 500 with a traceback."""
+
+    @functools.wraps(handler)
+    async def run(*args: Any, **kwargs: Any) -> Response:
+        try:
+            return await handler(*args, **kwargs)
+        except _Refused as r:
+            return _error(r.status, r.message, r.code)
+        except NotFound as err:
+            return _error(404, str(err), "not_found")
+        except (GovernanceError, ValidationError, ValueError) as err:
+            return _error(400, str(err), "invalid_request")
+        except EvolvableError as err:
+            log.exception("governance request failed")
+            return _error(503, f"{type(err).__name__}: {err}", "unavailable")
+
+    return run
+
+
+def _bearer(request: Request) -> str | None:
+    auth = request.headers.get("authorization", "")
+    return auth[7:].strip() if auth[:7].lower() == "bearer " else None
+
+
+class _TenantIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str
+    name: str | None = None
+    capture: CaptureMode = CaptureMode.full
+    agent_capture: dict[str, CaptureMode] = Field(default_factory=dict)
+    retention_days: int | None = Field(None, ge=1)
+    redact_upstream: bool = False
+
+
+class _TenantPatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str | None = None
+    capture: CaptureMode | None = None
+    agent_capture: dict[str, CaptureMode] | None = None
+    retention_days: int | None = Field(None, ge=1)
+    redact_upstream: bool | None = None
+
+
+class _KeyIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    label: str = ""
+    is_admin: bool = False
+
+
+class _PurgeIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    tenant_id: str | None = None
+    end_user: str | None = None
+    trajectory_id: str | None = None
+    session_id: str | None = Field(None, description="Alias of trajectory_id: a session is one trajectory.")
+
+
+class _DatasetIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    filter: dict[str, Any] = Field(default_factory=dict)
+    dedup: DedupMode = "near"
+    quality: list[str] = Field(default_factory=list)
+
+
+async def _body(request: Request, model: type[BaseModel]) -> Any:
+    try:
+        return model.model_validate_json(await request.body())
+    except ValidationError as err:
+        reasons = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in err.errors())
+        raise _Refused(400, f"invalid request: {reasons}", "invalid_request") from None
+
+
+def governance_routers(
+    store: Any,
+    directory: TenantDirectory,
+    *,
+    catalog: DatasetCatalog | None = None,
+    purger: Purger | None = None,
+    audit: AuditLog | None = None,
+    spool_purger: SpoolPurger | None = None,
+) -> list[APIRouter]:
+    """The admin router (`/v1/admin/...`, admin keys only) and the datasets router (`/v1/datasets`, any key).
+
+    Without `spool_purger` a purge uses the running proxy's spool (`request.app.state.proxy`) when mounted on it."""
+    audit = audit or directory.audit
+    catalog = catalog or DatasetCatalog(store, audit=audit)
+    base_purger = purger or Purger(store, catalog=catalog, audit=audit, spool_purger=spool_purger)
+
+    async def principal_of(request: Request, *, admin: bool = False) -> Principal:
+        principal = await asyncio.to_thread(directory.authenticate, _bearer(request))
+        if principal is None:
+            raise _Refused(401, "missing or invalid API key", "invalid_api_key")
+        if admin and not principal.is_admin:
+            raise _Refused(403, "this route needs an admin key", "admin_required")
+        return principal
+
+    def actor(p: Principal) -> str:
+        return p.key_id or "anonymous"
+
+    admin = APIRouter(prefix="/v1/admin", tags=["governance-admin"])
+
+    @admin.post("/tenants")
+    @_guarded
+    async def create_tenant(request: Request) -> Response:
+        p = await principal_of(request, admin=True)
+        spec = await _body(request, _TenantIn)
+        fields = spec.model_dump(exclude={"id"})
+        tenant = await asyncio.to_thread(directory.create_tenant, spec.id, actor=actor(p), **fields)
+        return _json(tenant.model_dump(mode="json"), 201)
+
+    @admin.get("/tenants")
+    @_guarded
+    async def list_tenants(request: Request) -> Response:
+        await principal_of(request, admin=True)
+        tenants = await asyncio.to_thread(directory.list_tenants)
+        return _json({"data": [t.model_dump(mode="json") for t in tenants]})
+
+    @admin.patch("/tenants/{tenant_id}")
+    @_guarded
+    async def update_tenant(tenant_id: str, request: Request) -> Response:
+        p = await principal_of(request, admin=True)
+        spec = await _body(request, _TenantPatch)
+        changes = spec.model_dump(exclude_unset=True)
+        tenant = await asyncio.to_thread(
+            functools.partial(directory.update_tenant, tenant_id, actor=actor(p), **changes)
+        )
+        return _json(tenant.model_dump(mode="json"))
+
+    @admin.post("/tenants/{tenant_id}/keys")
+    @_guarded
+    async def issue_key(tenant_id: str, request: Request) -> Response:
+        p = await principal_of(request, admin=True)
+        spec = await _body(request, _KeyIn)
+        issued = await asyncio.to_thread(
+            functools.partial(directory.issue_key, tenant_id, label=spec.label, is_admin=spec.is_admin, actor=actor(p))
+        )
+        return _json(issued.model_dump(mode="json"), 201)
+
+    @admin.get("/tenants/{tenant_id}/keys")
+    @_guarded
+    async def list_keys(tenant_id: str, request: Request) -> Response:
+        await principal_of(request, admin=True)
+        keys = await asyncio.to_thread(directory.list_keys, tenant_id)
+        return _json({"data": [k.model_dump(mode="json") for k in keys]})
+
+    @admin.delete("/tenants/{tenant_id}/keys/{key_id}")
+    @_guarded
+    async def revoke_key(tenant_id: str, key_id: str, request: Request) -> Response:
+        p = await principal_of(request, admin=True)
+        info = await asyncio.to_thread(
+            functools.partial(directory.revoke_key, key_id, actor=actor(p), tenant_id=tenant_id)
+        )
+        return _json(info.model_dump(mode="json"))
+
+    @admin.post("/purge")
+    @_guarded
+    async def purge(request: Request) -> Response:
+        p = await principal_of(request, admin=True)
+        spec = await _body(request, _PurgeIn)
+        req = PurgeRequest(
+            tenant_id=spec.tenant_id, end_user=spec.end_user, trajectory_id=spec.trajectory_id or spec.session_id
+        )
+        use = base_purger
+        runtime = getattr(request.app.state, "proxy", None)
+        if base_purger.spool_purger is None and runtime is not None and hasattr(runtime, "spool"):
+            use = Purger(store, catalog=catalog, audit=audit, spool_purger=runtime.spool.purge)
+        report = await asyncio.to_thread(functools.partial(use.purge, req, actor=actor(p)))
+        return _json(report.model_dump(mode="json"))
+
+    @admin.get("/audit")
+    @_guarded
+    async def audit_entries(
+        request: Request,
+        tenant_id: str | None = None,
+        action: AuditAction | None = None,
+        since: datetime | None = None,
+        limit: int = Query(200, ge=1, le=10_000),
+    ) -> Response:
+        await principal_of(request, admin=True)
+        entries = await asyncio.to_thread(
+            functools.partial(audit.query, tenant_id=tenant_id, action=action, since=since, limit=limit)
+        )
+        return _json({"data": [e.model_dump(mode="json") for e in entries]})
+
+    data = APIRouter(prefix="/v1/datasets", tags=["governance-datasets"])
+
+    @data.post("")
+    @_guarded
+    async def create_dataset(request: Request) -> Response:
+        p = await principal_of(request)
+        spec = await _body(request, _DatasetIn)
+        quality = QualityConfig.parse(spec.quality)
+        info = await asyncio.to_thread(
+            functools.partial(
+                catalog.create,
+                spec.name,
+                filter=spec.filter,
+                tenant_id=p.tenant_id,
+                quality=quality,
+                dedup=spec.dedup,
+                actor=actor(p),
+            )
+        )
+        return _json(info.model_dump(mode="json"), 201)
+
+    @data.get("")
+    @_guarded
+    async def list_datasets(request: Request) -> Response:
+        p = await principal_of(request)
+        infos = await asyncio.to_thread(catalog.list, p.tenant_id)
+        return _json({"data": [i.model_dump(mode="json") for i in infos]})
+
+    @data.get("/{ref}")
+    @_guarded
+    async def get_dataset(ref: str, request: Request) -> Response:
+        p = await principal_of(request)
+        info = await asyncio.to_thread(functools.partial(catalog.get, ref, tenant_id=p.tenant_id))
+        return _json(info.model_dump(mode="json"))
+
+    @data.get("/{ref}/export")
+    @_guarded
+    async def export_dataset(ref: str, request: Request, format: str = "atdp") -> Response:
+        p = await principal_of(request)
+        if format not in EXPORT_FORMATS:
+            raise _Refused(400, f"unknown format {format!r}: use one of {', '.join(EXPORT_FORMATS)}", "invalid_format")
+        workdir = Path(tempfile.mkdtemp(prefix="evolvable-export-"))
+        suffix = "parquet" if format == "parquet" else "jsonl"
+        target = workdir / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', ref)}.{format}.{suffix}"
+        try:
+            result = await asyncio.to_thread(
+                functools.partial(catalog.export, ref, format, target, tenant_id=p.tenant_id, actor=actor(p))
+            )
+        except BaseException:
+            _remove_tree(workdir)
+            raise
+        media = "application/vnd.apache.parquet" if format == "parquet" else "application/x-ndjson"
+        return FileResponse(
+            result.path,
+            media_type=media,
+            filename=target.name,
+            headers={"x-evolvable-records": str(result.records)},
+            background=BackgroundTask(_remove_tree, workdir),
+        )
+
+    return [admin, data]
+
+
+def _remove_tree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+_TRAJECTORY_READ = re.compile(r"^/v1/trajectories(?:/(?P<id>[^/]+))?/?$")
+
+
+class AuditReadsMiddleware:
+    """Pure ASGI: writes a `read` audit entry for every successful GET of /v1/trajectories[/{id}].
+
+    Mount with `app.add_middleware(AuditReadsMiddleware, directory=directory)` after `create_app`."""
+
+    def __init__(self, app: Any, directory: TenantDirectory, audit: AuditLog | None = None) -> None:
+        self.app, self.directory = app, directory
+        self.audit = audit or directory.audit
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        match = _TRAJECTORY_READ.match(scope.get("path", "")) if scope["type"] == "http" else None
+        if match is None or scope.get("method") != "GET":
+            return await self.app(scope, receive, send)
+        headers = {k.decode().lower(): v.decode() for k, v in scope.get("headers", [])}
+        auth = headers.get("authorization", "")
+        bearer = auth[7:].strip() if auth[:7].lower() == "bearer " else None
+        query = scope.get("query_string", b"").decode()[:300]
+        target = f"trajectory:{match['id']}" if match["id"] else f"trajectories?{query}"
+        refused = False
+
+        async def audited_send(message: dict[str, Any]) -> None:
+            # The entry is written before the first byte of a successful read leaves: no audit, no read.
+            nonlocal refused
+            if refused:
+                return
+            if message["type"] == "http.response.start" and 200 <= message["status"] < 300:
+                try:
+                    await asyncio.to_thread(self._record, bearer, target)
+                except Exception:
+                    log.exception("auditing a trajectory read failed; refusing the read")
+                    refused = True
+                    error = _error(503, "the read could not be audited; try again", "audit_unavailable")
+                    await error(scope, receive, send)
+                    return
+            await send(message)
+
+        await self.app(scope, receive, audited_send)
+
+    def _record(self, bearer: str | None, target: str) -> None:
+        principal = self.directory.authenticate(bearer)
+        actor = principal.key_id if principal and principal.key_id else ("session-key" if bearer else "anonymous")
+        tenant = principal.tenant_id if principal else None
+        self.audit.record(AuditAction.read, actor=actor or "anonymous", tenant_id=tenant, target=target)

@@ -1,0 +1,220 @@
+"""Erasure: purge by tenant, end user or session from the store, dataset copies and the proxy's spool.
+
+What a purge removes: the trajectories with their steps and signals (the store keeps their event ids
+so a replayed event cannot resurrect them), every dataset item copied from them (snapshots that lose
+items are marked invalidated), and every not-yet-stored spool record of them. Exports already written
+to files are outside the store; the audit log lists them (action `export`) so they can be found.
+The audit entry for a user purge names the user by a hash only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import orjson
+import sqlalchemy as sa
+from pydantic import BaseModel
+
+from evolvable.errors import GovernanceError
+from evolvable.governance.audit import AuditAction, AuditLog, pseudonym
+from evolvable.governance.datasets import DatasetCatalog
+
+SpoolPurger = Callable[[Callable[[bytes], bool]], int]
+"""`purge(predicate) -> records removed`: a running proxy's `purge_spool`, or an offline spool directory's."""
+
+
+class PurgeRequest(BaseModel):
+    tenant_id: str | None = None
+    end_user: str | None = None
+    trajectory_id: str | None = None
+    started_before: datetime | None = None
+
+    def describe(self) -> str:
+        parts = []
+        if self.tenant_id:
+            parts.append(f"tenant:{self.tenant_id}")
+        if self.end_user:
+            parts.append(f"user:{pseudonym(self.end_user)}")
+        if self.trajectory_id:
+            parts.append(f"trajectory:{self.trajectory_id}")
+        if self.started_before:
+            parts.append(f"before:{self.started_before.isoformat()}")
+        return " ".join(parts)
+
+
+class PurgeReport(BaseModel):
+    trajectories: int
+    dataset_items: int
+    datasets_invalidated: int
+    spool_records: int | None
+    """None when no spool was reachable (say so to the caller)."""
+
+
+def _event_dicts(payload: bytes) -> list[dict[str, Any]]:
+    """The ATDP events inside one spool record (an event, a list of them, or a wrapper with `events`)."""
+    try:
+        doc = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return []
+    if isinstance(doc, list):
+        return [d for d in doc if isinstance(d, dict)]
+    if isinstance(doc, dict):
+        if isinstance(doc.get("events"), list):
+            return [d for d in doc["events"] if isinstance(d, dict)]
+        if isinstance(doc.get("event"), dict):
+            return [doc["event"]]
+        return [doc]
+    return []
+
+
+def _end_user(event: dict[str, Any]) -> str | None:
+    header = event.get("header")
+    if isinstance(header, dict):
+        return header.get("end_user")
+    return event.get("end_user")
+
+
+def spool_matcher(request: PurgeRequest, trajectory_ids: set[str]) -> Callable[[bytes], bool]:
+    """A predicate over raw spool records; it also learns ids of the user's trajectories as it scans."""
+
+    def matches(payload: bytes) -> bool:
+        hit = False
+        for event in _event_dicts(payload):
+            tid = event.get("traj") or event.get("trajectory_id")
+            tenant = event.get("tenant") or event.get("tenant_id") or "default"
+            if request.tenant_id is not None and tenant != request.tenant_id:
+                continue
+            if request.trajectory_id is not None:
+                hit = hit or tid == request.trajectory_id
+            elif request.end_user is not None:
+                if _end_user(event) == request.end_user:
+                    hit = True
+                    if tid:
+                        trajectory_ids.add(tid)
+                elif tid in trajectory_ids:
+                    hit = True
+            else:
+                hit = True  # tenant-wide purge
+        return hit
+
+    return matches
+
+
+class Purger:
+    def __init__(
+        self,
+        store: Any,
+        *,
+        catalog: DatasetCatalog | None = None,
+        audit: AuditLog | None = None,
+        spool_purger: SpoolPurger | None = None,
+    ) -> None:
+        self.store = store
+        self.audit = audit or AuditLog(store.engine)
+        self.catalog = catalog or DatasetCatalog(store, audit=self.audit)
+        self.spool_purger = spool_purger
+
+    def purge(
+        self,
+        request: PurgeRequest,
+        *,
+        actor: str = "cli",
+        action: AuditAction = AuditAction.purge,
+        audit_empty: bool = True,
+    ) -> PurgeReport:
+        """Erase everything the request selects (all given selectors must hold)."""
+        from evolvable.store import TrajectoryFilter
+
+        if not (request.tenant_id or request.end_user or request.trajectory_id or request.started_before):
+            raise GovernanceError("a purge needs a tenant, an end user, a session/trajectory id, or a cut-off time")
+        selector = TrajectoryFilter(
+            tenant_id=request.tenant_id,
+            end_user=request.end_user,
+            ids=[request.trajectory_id] if request.trajectory_id else None,
+            started_before=request.started_before,
+        )
+        # Ids first: the spool may hold later events of these runs that carry no end_user.
+        known_ids = {h.id for h in self._headers(selector)} if request.end_user else set()
+        spool_records: int | None = None
+        if self.spool_purger is not None and request.started_before is None:
+            matcher = spool_matcher(request, known_ids)
+            spool_records = self.spool_purger(matcher)
+            if request.end_user is not None:
+                # A second pass catches events that came before their run's start record.
+                spool_records += self.spool_purger(matcher)
+        removed = self.store.delete_trajectories(selector)
+        with self.catalog.engine.begin() as conn:
+            _forget_sessions(conn, request)
+            items, invalidated = self.catalog.drop_items(
+                conn,
+                reason=f"{action.value} {request.describe()}",
+                tenant_id=request.tenant_id,
+                end_user=request.end_user,
+                trajectory_ids=[request.trajectory_id] if request.trajectory_id else None,
+                started_before=request.started_before,
+            )
+            if audit_empty or removed or items or spool_records:
+                self.audit.record(
+                    action,
+                    actor=actor,
+                    tenant_id=request.tenant_id,
+                    target=request.describe(),
+                    details={
+                        "trajectories": removed,
+                        "dataset_items": items,
+                        "datasets_invalidated": invalidated,
+                        "spool_records": spool_records,
+                    },
+                    conn=conn,
+                )
+        return PurgeReport(
+            trajectories=removed, dataset_items=items, datasets_invalidated=invalidated, spool_records=spool_records
+        )
+
+    def _headers(self, selector: Any) -> list[Any]:
+        out, cursor = [], None
+        while True:
+            page, cursor = self.store.list_trajectories(selector, limit=500, cursor=cursor)
+            out.extend(page)
+            if cursor is None:
+                return out
+
+
+def _forget_sessions(conn: sa.Connection, request: PurgeRequest) -> None:
+    """The proxy's session rows name the end user too; erase them with the runs."""
+    try:
+        from evolvable.store.tables.proxy import proxy_sessions
+    except ImportError:
+        return
+    if not sa.inspect(conn).has_table("proxy_sessions"):
+        return
+    table = proxy_sessions
+    clauses = []
+    if request.tenant_id is not None:
+        clauses.append(table.c.tenant_id == request.tenant_id)
+    if request.end_user is not None:
+        clauses.append(table.c.end_user == request.end_user)
+    if request.trajectory_id is not None:
+        clauses.append(table.c.id == request.trajectory_id)
+    if request.started_before is not None:
+        clauses.append(table.c.created_at < request.started_before)
+        clauses.append(table.c.status != "running")
+    conn.execute(table.delete().where(sa.and_(*clauses)))
+
+
+def offline_spool_purger(directory: Any) -> SpoolPurger | None:
+    """Purge a spool directory no proxy is running on; None when there is no spool there."""
+    from pathlib import Path
+
+    path = Path(directory)
+    if not path.is_dir():
+        return None
+
+    def purge(predicate: Callable[[bytes], bool]) -> int:
+        from evolvable.proxy.spool import purge_spool
+
+        return purge_spool(path, predicate)
+
+    return purge

@@ -1,0 +1,36 @@
+"""Redaction of PII and secrets before anything is persisted (and, optionally, before the upstream sees it).
+
+engine = RedactionEngine(on_failure=audit_hook)
+engine.redact_text("mail bob@example.com")                 # 'mail <EMAIL_1>'
+EventRedactor(engine).redact_events(events)                # per-trajectory consistent placeholders
+StreamRedactor(engine).feed(chunk) / .flush()              # bounded look-behind for streamed text
+"""
+
+from evolvable.governance.redaction.engine import (
+    FAILED_MARKER,
+    FailureHook,
+    PlaceholderMap,
+    Redaction,
+    RedactionEngine,
+    default_engine,
+    redact_text,
+)
+from evolvable.governance.redaction.events import EventRedactor
+from evolvable.governance.redaction.recognizers import Finding, Recognizer, RegexRecognizer, default_recognizers
+from evolvable.governance.redaction.stream import StreamRedactor
+
+__all__ = [
+    "FAILED_MARKER",
+    "EventRedactor",
+    "FailureHook",
+    "Finding",
+    "PlaceholderMap",
+    "Recognizer",
+    "Redaction",
+    "RedactionEngine",
+    "RegexRecognizer",
+    "StreamRedactor",
+    "default_engine",
+    "default_recognizers",
+    "redact_text",
+]

@@ -1,0 +1,232 @@
+"""Redaction of ATDP events, for the proxy's background writer (spool -> governance -> store).
+
+Only free-form content is redacted: message contents (plain and multi-part), tool-call arguments (JSON kept
+valid), tool results, prompts, tool definitions, task input, metadata values, signal labels and metadata.
+Structural fields (ids, kinds, roles, model names, versions, timestamps, the end-user id used for purges)
+are left alone so the trajectory still links up and can be erased on request.
+
+Token ids: when redaction changed any text of an llm_call step, its prompt_token_ids, completion_token_ids and
+logprobs would no longer decode to the stored text, and keeping them would keep the secret (token ids decode
+back to it). They are dropped and `metadata["token_ids_dropped"] = "redaction"` says why; steps without
+findings keep them, so RL data loses only the (rare) calls that carried PII.
+
+Placeholders are consistent per trajectory across writer batches: one PlaceholderMap per trajectory id lives
+in a bounded LRU in memory and is never persisted.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+from evolvable.governance.redaction.engine import FAILED_MARKER, PlaceholderMap, RedactionEngine, default_engine
+from evolvable.protocol.models import (
+    SignalAttached,
+    StepAppended,
+    Trajectory,
+    TrajectoryEnded,
+    TrajectoryStarted,
+)
+
+AnyEvent = TrajectoryStarted | StepAppended | SignalAttached | TrajectoryEnded
+
+_FREE_FORM_STEP_FIELDS = {
+    "tool_call": ("arguments", "result", "error_message"),
+    "message": ("content",),
+    "handoff": ("reason", "input"),
+    "memory_op": ("key", "items"),
+    "skill_use": ("input", "output"),
+}
+
+
+class EventRedactor:
+    """Redacts batches of events with per-trajectory placeholder maps (bounded LRU, memory only)."""
+
+    def __init__(self, engine: RedactionEngine | None = None, *, max_trajectories: int = 10_000) -> None:
+        self.engine = engine or default_engine()
+        self.max_trajectories = max_trajectories
+        self._maps: OrderedDict[str, PlaceholderMap] = OrderedDict()
+        self._lock = threading.Lock()
+
+    # ----------------------------------------------------------------- public API
+
+    def redact_events(self, events: Sequence[AnyEvent]) -> list[AnyEvent]:
+        """Returns redacted copies in the same order. Fails closed per event: content that cannot be redacted is
+        replaced by `<REDACTION_FAILED>` (and the engine's failure hook is called); nothing passes through raw."""
+        out: list[AnyEvent] = []
+        for event in events:
+            redacted = self._redact_event(event)
+            if redacted is not None:
+                out.append(redacted)
+        return out
+
+    def redact_trajectory(self, trajectory: Trajectory, placeholders: PlaceholderMap | None = None) -> Trajectory:
+        """Redacts a whole trajectory (imports, re-redaction of stored data) with one placeholder map."""
+        r = _EngineRedactor(self.engine, placeholders if placeholders is not None else PlaceholderMap())
+        data = trajectory.model_dump()
+        _header(data, r)
+        for step in data["steps"]:
+            _step(step, r)
+        for signal in data["signals"]:
+            _signal(signal, r)
+        return Trajectory.model_validate(data)
+
+    def placeholders_for(self, trajectory_id: str) -> PlaceholderMap:
+        with self._lock:
+            found = self._maps.get(trajectory_id)
+            if found is None:
+                found = self._maps[trajectory_id] = PlaceholderMap()
+                while len(self._maps) > self.max_trajectories:
+                    self._maps.popitem(last=False)
+            else:
+                self._maps.move_to_end(trajectory_id)
+            return found
+
+    def forget(self, trajectory_id: str) -> None:
+        with self._lock:
+            self._maps.pop(trajectory_id, None)
+
+    # ----------------------------------------------------------------- events
+
+    def _redact_event(self, event: AnyEvent) -> AnyEvent | None:
+        placeholders = self.placeholders_for(event.trajectory_id)
+        try:
+            return _apply(event, _EngineRedactor(self.engine, placeholders))
+        except Exception as err:
+            self.engine.report_failure("event", err)
+        try:  # fail closed: every free-form string becomes the marker
+            return _apply(event, _Scrubber())
+        except Exception as err:
+            self.engine.report_failure("event", err)
+            return None  # cannot even scrub it: drop rather than store it in the clear
+
+
+def _apply(event: AnyEvent, r: _Redactor) -> AnyEvent:
+    data = event.model_dump()
+    if isinstance(event, TrajectoryStarted):
+        _header(data["header"], r)
+    elif isinstance(event, StepAppended):
+        _step(data["step"], r)
+    elif isinstance(event, SignalAttached):
+        _signal(data["signal"], r)
+    elif isinstance(event, TrajectoryEnded):
+        data["metadata"], _ = r.value(data["metadata"])
+    return type(event).model_validate(data)
+
+
+def _header(header: dict[str, Any], r: _Redactor) -> None:
+    header["task_input"], _ = r.value(header.get("task_input"))
+    header["metadata"], _ = r.value(header.get("metadata") or {})
+
+
+def _signal(signal: dict[str, Any], r: _Redactor) -> None:
+    if signal.get("label"):
+        signal["label"], _ = r.text(signal["label"])
+    signal["metadata"], _ = r.value(signal.get("metadata") or {})
+
+
+def _step(step: dict[str, Any], r: _Redactor) -> None:
+    step["metadata"], _ = r.value(step.get("metadata") or {})
+    kind = step["kind"]
+    if kind == "llm_call":
+        _llm_call(step, r)
+        return
+    for name in _FREE_FORM_STEP_FIELDS.get(kind, ()):
+        value = step.get(name)
+        if value is not None:
+            step[name], _ = r.text(value) if isinstance(value, str) else r.value(value)
+
+
+def _llm_call(step: dict[str, Any], r: _Redactor) -> None:
+    changed = False
+    for message in step.get("request_messages") or []:
+        changed |= _message(message, r)
+    if step.get("prompt"):
+        step["prompt"], c = r.text(step["prompt"])
+        changed |= c
+    if step.get("tools"):
+        step["tools"], c = r.value(step["tools"])
+        changed |= c
+    step["sampling"], c = r.value(step.get("sampling") or {})
+    changed |= c
+    for choice in step.get("choices") or []:
+        if choice.get("message"):
+            changed |= _message(choice["message"], r)
+        if choice.get("text"):
+            choice["text"], c = r.text(choice["text"])
+            changed |= c
+    if step.get("error") and step["error"].get("message"):
+        step["error"]["message"], _ = r.text(step["error"]["message"])
+    if not changed:
+        return
+    had_ids = step.get("prompt_token_ids") is not None or any(
+        ch.get("completion_token_ids") is not None or ch.get("logprobs") is not None for ch in step.get("choices") or []
+    )
+    step["prompt_token_ids"] = None
+    for choice in step.get("choices") or []:
+        choice["completion_token_ids"] = None
+        choice["logprobs"] = None
+    if had_ids:
+        step["metadata"]["token_ids_dropped"] = "redaction"
+
+
+def _message(message: dict[str, Any], r: _Redactor) -> bool:
+    changed = False
+    for key, value in list(message.items()):
+        if key in ("role", "tool_call_id") or value is None:
+            continue
+        if key == "tool_calls":
+            for call in value:
+                function = call.get("function") or {}
+                if isinstance(function.get("arguments"), str) and function["arguments"]:
+                    function["arguments"], c = r.text(function["arguments"])
+                    changed |= c
+            continue
+        message[key], c = r.text(value) if isinstance(value, str) else r.value(value)
+        changed |= c
+    return changed
+
+
+class _Redactor:
+    def text(self, text: str) -> tuple[str, bool]:
+        raise NotImplementedError
+
+    def value(self, value: Any) -> tuple[Any, bool]:
+        raise NotImplementedError
+
+
+class _EngineRedactor(_Redactor):
+    def __init__(self, engine: RedactionEngine, placeholders: PlaceholderMap) -> None:
+        self.engine, self.placeholders = engine, placeholders
+
+    def text(self, text: str) -> tuple[str, bool]:
+        stripped = text.lstrip()
+        if stripped[:1] in ("{", "[") and text.rstrip()[-1:] in ("}", "]"):
+            result = self.engine.redact_json_text(text, self.placeholders)
+        else:
+            result = self.engine.redact(text, self.placeholders)
+        return result.text, result.changed
+
+    def value(self, value: Any) -> tuple[Any, bool]:
+        return self.engine.redact_value(value, self.placeholders)
+
+
+class _Scrubber(_Redactor):
+    """The fail-closed fallback: every string becomes the marker, every structure is kept."""
+
+    def text(self, text: str) -> tuple[str, bool]:
+        return FAILED_MARKER, True
+
+    def value(self, value: Any) -> tuple[Any, bool]:
+        if isinstance(value, str):
+            return FAILED_MARKER, True
+        if isinstance(value, dict):
+            return {k: self.value(v)[0] for k, v in value.items()}, True
+        if isinstance(value, list | tuple):
+            return [self.value(v)[0] for v in value], True
+        return value, False
+
+
+__all__ = ["EventRedactor"]

@@ -1,0 +1,614 @@
+"""Recognizers: small objects that find one kind of sensitive value in a text.
+
+Each recognizer follows the gitleaks recipe: a cheap keyword pre-filter (a substring
+test in C) decides whether its regex runs at all, and a validator (checksum, entropy,
+context) decides whether a regex candidate is a finding. Patterns put their boundary
+checks after the first character (`\\d(?<!...)`) or use literal prefixes so the regex
+engine can skip ahead fast; boundaries also accept JSON escapes (`\\n4111...`).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from evolvable.governance.redaction import validators as v
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    start: int
+    end: int
+    kind: str
+    priority: int = 50
+
+
+@runtime_checkable
+class Recognizer(Protocol):
+    """Finds one kind of value. `lowered` is `text.lower()`, for keyword pre-filters only (its indices may differ)."""
+
+    kind: str
+
+    def find(self, text: str, lowered: str) -> Iterable[Finding]: ...
+
+
+Validator = Callable[[str, re.Match[str]], "tuple[int, int] | None"]
+"""Given the whole text and a match, returns the span to redact, or None to drop the candidate."""
+
+
+@dataclass
+class RegexRecognizer:
+    kind: str
+    pattern: re.Pattern[str]
+    keywords: tuple[str, ...] = ()
+    """Lower-case substrings; the regex runs only if one occurs in the lowered text."""
+    exact_keywords: tuple[str, ...] = ()
+    """Case-sensitive substrings of the original text (e.g. `AKIA`)."""
+    validate: Validator | None = None
+    group: int | str = 0
+    priority: int = 50
+    on_lowered: bool = False
+    """Match a case-sensitive lower-case pattern against the lowered text (much faster than IGNORECASE);
+    falls back to IGNORECASE on the original when lowering changed the length (a few Unicode letters)."""
+
+    def __post_init__(self) -> None:
+        self._ignorecase = (
+            re.compile(self.pattern.pattern, self.pattern.flags | re.IGNORECASE) if self.on_lowered else None
+        )
+
+    def find(self, text: str, lowered: str) -> Iterable[Finding]:
+        if self.keywords and not any(k in lowered for k in self.keywords):
+            return ()
+        if self.exact_keywords and not any(k in text for k in self.exact_keywords):
+            return ()
+        out: list[Finding] = []
+        self.scan(text, lowered, 0, len(text), out)
+        return out
+
+    def scan(self, text: str, lowered: str, pos: int, endpos: int, out: list[Finding]) -> None:
+        pattern, subject = self.pattern, text
+        if self.on_lowered:
+            if len(lowered) == len(text):
+                subject = lowered
+            else:
+                pattern = self._ignorecase  # type: ignore[assignment]
+        for m in pattern.finditer(subject, pos, endpos):
+            if self.validate is None:
+                span: tuple[int, int] | None = m.span(self.group)
+            else:
+                span = self.validate(text, m)
+            if span is not None and span[1] > span[0]:
+                out.append(Finding(span[0], span[1], self.kind, self.priority))
+
+
+_PHONE_WORDS = ("phone", "tel", "mobile", "cell", "call", "sms", "whatsapp", "fax")
+_PHONE_WORD = re.compile(
+    r"(?:^|[^a-z0-9_])(?:phone|tel|mobile|cell|call|sms|whatsapp|fax)(?:_?(?:number|no|num)\b|[^a-z0-9_\n])[^\n]*$"
+)
+
+
+class NumberRecognizer:
+    """Phones, cards, SSNs and IPv4 addresses live inside runs of digits and separators. One cheap scan finds
+    those runs; each run is then matched only by the patterns its shape allows (a card needs 13+ digits, an
+    IPv4 address three dots), which is several times faster than one full-text pass per pattern."""
+
+    kind = "NUMBERS"
+
+    def __init__(
+        self,
+        intl_phone: RegexRecognizer,
+        us_phone: RegexRecognizer,
+        card: RegexRecognizer,
+        ssn: RegexRecognizer,
+        ipv4: RegexRecognizer,
+    ) -> None:
+        self.intl_phone, self.us_phone, self.card, self.ssn, self.ipv4 = intl_phone, us_phone, card, ssn, ipv4
+
+    def find(self, text: str, lowered: str) -> Iterable[Finding]:
+        out: list[Finding] = []
+        n = len(text)
+        for window in _NUMBER_RUN.finditer(text):
+            run = window.group()
+            start, end = window.start(), min(n, window.end() + 2)  # +2: let look-aheads see what follows
+            dots, dashes = run.count("."), run.count("-")
+            digits = len(run) - dots - dashes - run.count(" ") - run.count("(") - run.count(")") - run.count("+")
+            if "+" in run:
+                self.intl_phone.scan(text, lowered, start, end, out)
+            if digits >= 10:
+                self.us_phone.scan(text, lowered, start, end, out)
+                if digits <= 16 and (run.isdigit() or run[1:].isdigit()):
+                    self._bare_phone(text, lowered, window.start(), window.end(), out)
+                if digits >= 13:
+                    self.card.scan(text, lowered, start, end, out)
+            if digits >= 9 and dashes >= 2:
+                self.ssn.scan(text, lowered, start, end, out)
+            if dots >= 3:
+                self.ipv4.scan(text, lowered, start, end, out)
+        return out
+
+    def _bare_phone(self, text: str, lowered: str, start: int, end: int, out: list[Finding]) -> None:
+        """A phone number written without separators counts only after a phone word (`call 4155550123`)."""
+        before = (
+            lowered[max(0, start - 24) : start]
+            if len(lowered) == len(text)
+            else text[max(0, start - 24) : start].lower()
+        )
+        if "\n" in before:
+            before = before.rsplit("\n", 1)[1]
+        if not any(word in before for word in _PHONE_WORDS) or not free_left(text, start):
+            return
+        if end < len(text) and (text[end].isalnum() or text[end] == "_"):
+            return
+        digits = text[start:end].lstrip("+")
+        plus = text[start] == "+"
+        ok = v.nanp_ok(digits) if len(digits) <= 11 and not plus else 10 <= len(digits) <= 15
+        if ok:
+            out.append(Finding(start, end, "PHONE", 45))
+
+
+def _check(predicate: Callable[[str], bool], group: int | str = 0) -> Validator:
+    def validate(text: str, m: re.Match[str]) -> tuple[int, int] | None:
+        return m.span(group) if predicate(m.group(group)) else None
+
+    return validate
+
+
+def _digits(s: str) -> str:
+    return "".join(c for c in s if c.isdigit())
+
+
+# Boundaries. Numbers must not be glued to letters, digits or the separators of ids, versions and SKUs
+# (`SKU-448-221-9034`, `v1.2.3.4`), except that they may follow a JSON escape (`\\n4111...`). The check runs in
+# Python on the (rare) regex hits rather than as a leading look-behind, which would stop the regex engine
+# from skipping quickly to candidate first characters.
+_NUM_AFTER = r"(?![A-Za-z0-9_]|[.\-/]\d)"
+_GLUE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./+-")
+
+
+def free_left(text: str, start: int, glue: frozenset[str] = _GLUE) -> bool:
+    if start == 0 or text[start - 1] not in glue:
+        return True
+    return start >= 2 and text[start - 2] == "\\" and text[start - 1] in "nrt"
+
+
+def _bounded(validate: Validator) -> Validator:
+    def check(text: str, m: re.Match[str]) -> tuple[int, int] | None:
+        span = validate(text, m)
+        return span if span is not None and free_left(text, span[0]) else None
+
+    return check
+
+
+# --------------------------------------------------------------------------- PII
+
+_EMAIL_LOCAL = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._%+-")
+_EMAIL_DOMAIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}))*\.[A-Za-z]{2,24}")
+
+
+class EmailRecognizer:
+    """Scans from each `@` (rare in text) instead of trying a local-part regex at every position."""
+
+    kind = "EMAIL"
+    priority = 70
+
+    def find(self, text: str, lowered: str) -> Iterable[Finding]:
+        out: list[Finding] = []
+        at = text.find("@")
+        while at != -1:
+            start = at
+            while start > 0 and at - start < 64 and text[start - 1] in _EMAIL_LOCAL:
+                start -= 1
+            # `\nbob@x.com` inside a JSON-escaped string: the `n` belongs to the escape.
+            if start >= 1 and start < at and text[start - 1] == "\\" and text[start] in "nrtbf":
+                start += 1
+            while start < at and text[start] in ".-":
+                start += 1
+            m = _EMAIL_DOMAIN.match(text, at + 1)
+            if start < at and m is not None:
+                end = m.end()
+                while text[end - 1] == "-":
+                    end -= 1
+                if end >= len(text) or not (text[end].isalnum() or text[end] in "-_"):
+                    out.append(Finding(start, end, self.kind, self.priority))
+            at = text.find("@", at + 1)
+        return out
+
+
+def _phone_intl(text: str, m: re.Match[str]) -> tuple[int, int] | None:
+    return m.span() if 8 <= len(_digits(m.group())) <= 15 else None
+
+
+def _phone_us(text: str, m: re.Match[str]) -> tuple[int, int] | None:
+    return m.span() if v.nanp_ok(_digits(m.group())) else None
+
+
+_IBAN = re.compile(r"[A-Z]{2}\d{2}(?:[ ]?[A-Z0-9]{4}){2,7}(?:[ ]?[A-Z0-9]{1,3})?(?![A-Za-z0-9])")
+
+
+def _iban(text: str, m: re.Match[str]) -> tuple[int, int] | None:
+    """Tries the longest group-aligned prefix first, so a trailing word (`... EURO`) does not spoil a valid IBAN."""
+    if m.start() and (text[m.start() - 1].isalnum()):
+        return None
+    raw = m.group()
+    ends = [len(raw)] + [i for i in range(len(raw) - 1, 14, -1) if raw[i] == " "]
+    for end in ends:
+        if v.iban_ok(raw[:end]):
+            return m.start(), m.start() + end
+    return None
+
+
+_IPV6_GLUE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:")
+_VERSION_WORDS = ("version", "ver ", "release", "build", "v")
+
+
+def _public_ipv4(text: str, m: re.Match[str]) -> tuple[int, int] | None:
+    before = text[max(0, m.start() - 9) : m.start()].lower().rstrip()
+    if before.endswith(_VERSION_WORDS):
+        return None
+    return m.span() if v.public_ip(m.group()) else None
+
+
+_V6_SEED = re.compile(r":[0-9A-Fa-f]{0,4}:")
+_V6_RIGHT = re.compile(r"[0-9A-Fa-f:.]*")
+_HEX_COLON = frozenset("0123456789abcdefABCDEF:")
+
+
+class IPv6Recognizer:
+    """Seeds on `:hex:` (colons are common in JSON, but `: "` fails at once), then widens to the full address."""
+
+    kind = "IP_ADDRESS"
+    priority = 50
+
+    def find(self, text: str, lowered: str) -> Iterable[Finding]:
+        out: list[Finding] = []
+        pos = 0
+        seed = _V6_SEED.search
+        while (m := seed(text, pos)) is not None:
+            start = m.start()
+            while start > 0 and text[start - 1] in _HEX_COLON and m.start() - start < 40:
+                start -= 1
+            end = _V6_RIGHT.match(text, m.start()).end()  # type: ignore[union-attr]
+            pos = max(end, m.start() + 1)
+            while end > start and (text[end - 1] == "." or (text[end - 1] == ":" and text[end - 2 : end] != "::")):
+                end -= 1
+            candidate = text[start:end]
+            colons = candidate.count(":")
+            if not ("::" in candidate or colons >= 7 or (colons == 6 and "." in candidate)):
+                continue  # `10:15:30`, MAC addresses: not IPv6 shapes, skip the (slow) parse
+            if not free_left(text, start, _IPV6_GLUE):
+                continue
+            head, _, tail = candidate.rpartition(":")
+            port_like = tail.isdigit() and len(tail) <= 5 and head.count(":") >= 2 and v.parses_as_ip(head)
+            if port_like and (not v.parses_as_ip(candidate) or not v.public_ip(head)):
+                candidate, end = head, start + len(head)  # `addr:port` written without brackets
+            if end < len(text) and (text[end].isalnum() or text[end] == "_"):
+                continue
+            if v.public_ip(candidate):
+                out.append(Finding(start, end, self.kind, self.priority))
+        return out
+
+
+_SSN_CONTEXT = re.compile(
+    r"(?:ssn|social security(?: number| no\.?)?|ss#)[^0-9\n]{0,20}?(\d{3}[ -]?\d{2}[ -]?\d{4})(?!\d)"
+)
+
+
+_NUMBER_RUN = re.compile(r"(?:\+|\(|\d)[\d .()+\-]{5,}\d")
+
+
+def pii_recognizers() -> list[Recognizer]:
+    numbers = [
+        RegexRecognizer(
+            "PHONE",
+            re.compile(r"\+(?<![A-Za-z0-9_+]\+)\d{1,3}(?:[ .\-]?(?:\(\d{1,4}\)|\d{1,5})){2,6}" + _NUM_AFTER),
+            validate=_phone_intl,
+        ),
+        RegexRecognizer(
+            "PHONE",
+            re.compile(r"(?:1[ .\-]?)?(?:\(\d{3}\)[ .\-]?|\d{3}[ .\-])\d{3}[ .\-]\d{4}" + _NUM_AFTER),
+            validate=_bounded(_phone_us),
+        ),
+        RegexRecognizer(
+            "CREDIT_CARD",
+            re.compile(r"\d{4}(?:(?:[ \-]?\d{4}){2}[ \-]?\d{1,7}|[ \-]?\d{6}[ \-]?\d{4,5})" + _NUM_AFTER),
+            validate=_bounded(_check(v.card_ok)),
+            priority=60,
+        ),
+        RegexRecognizer(
+            "SSN",
+            re.compile(r"\d{3}-\d\d-\d{4}" + _NUM_AFTER),
+            validate=_bounded(_check(v.ssn_ok)),
+            priority=60,
+        ),
+        RegexRecognizer(
+            "IP_ADDRESS",
+            re.compile(r"\d{1,3}(?:\.\d{1,3}){3}(?![0-9]|\.\d)"),
+            validate=_bounded(_public_ipv4),
+        ),
+    ]
+    return [
+        EmailRecognizer(),
+        NumberRecognizer(*numbers),
+        RegexRecognizer("IBAN", _IBAN, validate=_iban, priority=60),
+        RegexRecognizer(
+            "SSN",
+            _SSN_CONTEXT,
+            keywords=("ssn", "social security", "ss#"),
+            validate=_check(v.ssn_ok, 1),
+            priority=60,
+            on_lowered=True,
+        ),
+        IPv6Recognizer(),
+    ]
+
+
+# --------------------------------------------------------------------------- secrets
+
+
+def _min_entropy(bits: float, classes: int = 2, group: int | str = 0) -> Validator:
+    def validate(text: str, m: re.Match[str]) -> tuple[int, int] | None:
+        s = m.group(group)
+        return m.span(group) if v.char_classes(s) >= classes and v.shannon_entropy(s) >= bits else None
+
+    return validate
+
+
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def _aws_secret(text: str, m: re.Match[str]) -> tuple[int, int] | None:
+    s = m.group()
+    window = text[max(0, m.start() - 100) : m.start()].lower()
+    if not any(k in window for k in ("aws", "secret", "credential")):
+        return None
+    if set(s) <= _HEX or v.char_classes(s) < 3 or v.shannon_entropy(s) < 4.0:
+        return None
+    return m.span()
+
+
+_PEM = re.compile(
+    r"-----BEGIN[ A-Z0-9]{0,20}PRIVATE KEY(?: BLOCK)?-----"
+    r"(?:.{0,12000}?-----END[ A-Z0-9]{0,20}PRIVATE KEY(?: BLOCK)?-----"
+    r"|(?:(?:\\[nr]|\s)+(?:(?:Proc-Type|DEK-Info|Comment|Version):[^\n\\]*|[A-Za-z0-9+/=]{8,}))*)",
+    re.DOTALL,
+)
+
+
+def secret_recognizers() -> list[Recognizer]:
+    tok = r"(?![A-Za-z0-9_\-])"
+    return [
+        RegexRecognizer("PRIVATE_KEY", _PEM, exact_keywords=("PRIVATE KEY",), priority=100),
+        RegexRecognizer(
+            "AWS_ACCESS_KEY",
+            re.compile(r"(?<![A-Za-z0-9])(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16}(?![A-Za-z0-9])"),
+            exact_keywords=("AKIA", "ASIA", "ABIA", "ACCA", "A3T"),
+            priority=90,
+        ),
+        RegexRecognizer(
+            "AWS_SECRET_KEY",
+            re.compile(r"[A-Za-z0-9/+](?<![A-Za-z0-9/+][A-Za-z0-9/+])[A-Za-z0-9/+]{39}(?![A-Za-z0-9/+=])"),
+            keywords=("aws", "secret", "credential"),
+            validate=_aws_secret,
+            priority=85,
+        ),
+        RegexRecognizer(
+            "GITHUB_TOKEN",
+            re.compile(r"(?<![A-Za-z0-9])(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255})" + tok),
+            exact_keywords=("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+            priority=90,
+        ),
+        RegexRecognizer(
+            "ANTHROPIC_KEY",
+            re.compile(r"(?<![A-Za-z0-9])sk-ant-[A-Za-z0-9_\-]{20,300}" + tok),
+            exact_keywords=("sk-ant-",),
+            priority=91,
+        ),
+        RegexRecognizer(
+            "OPENAI_KEY",
+            re.compile(r"(?<![A-Za-z0-9_\-])sk-(?!ant-)(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,300}" + tok),
+            exact_keywords=("sk-",),
+            validate=_min_entropy(3.5),
+            priority=90,
+        ),
+        RegexRecognizer(
+            "SLACK_TOKEN",
+            re.compile(
+                r"(?<![A-Za-z0-9])(?:xox[abposre]-[A-Za-z0-9\-]{10,250}|xapp-\d-[A-Za-z0-9\-]{10,250})"
+                + tok
+                + r"|https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9/_\-]{10,200}"
+            ),
+            exact_keywords=("xox", "xapp-", "hooks.slack.com"),
+            priority=90,
+        ),
+        RegexRecognizer(
+            "STRIPE_KEY",
+            re.compile(
+                r"(?<![A-Za-z0-9])(?:(?:sk|rk)_(?:live|test|prod)_[A-Za-z0-9]{10,99}|whsec_[A-Za-z0-9]{20,99})" + tok
+            ),
+            exact_keywords=("_live_", "_test_", "_prod_", "whsec_"),
+            priority=90,
+        ),
+        RegexRecognizer(
+            "GOOGLE_API_KEY",
+            re.compile(r"(?<![A-Za-z0-9])(?:AIza[0-9A-Za-z_\-]{35}|ya29\.[0-9A-Za-z_\-]{20,500})" + tok),
+            exact_keywords=("AIza", "ya29."),
+            priority=90,
+        ),
+        RegexRecognizer(
+            "JWT",
+            re.compile(r"(?<![A-Za-z0-9_\-])eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*" + tok),
+            exact_keywords=("eyJ",),
+            priority=92,
+        ),
+        RegexRecognizer(
+            "PASSWORD",
+            re.compile(
+                r"(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]{1,30}://[^\s:/@\"'<>\\]{0,128}:"
+                r"(?P<secret>[^\s/\"'<>\\]{1,256})@(?=[A-Za-z0-9\[:])"
+            ),
+            exact_keywords=("://",),
+            group="secret",
+            priority=85,
+        ),
+        RegexRecognizer(
+            "SECRET",
+            re.compile(r"(?i)\b(?:bearer|basic)\s+(?P<value>[A-Za-z0-9._~+/\-]{16,500}=*)"),
+            keywords=("bearer", "basic"),
+            validate=_min_entropy(3.0, 2, "value"),
+            group="value",
+            priority=80,
+        ),
+        AssignmentSecretRecognizer(),
+    ]
+
+
+# --------------------------------------------------------------------------- generic assignments
+
+# A key hint directly followed by the rest of the key and a separator (`:`/`=`, or a space after a CLI flag);
+# matched on the lowered text, with a possessive run so misses fail without backtracking.
+_KEY_HINT = re.compile(
+    r"""(?:pass|pwd|secret|token|credential|key|auth|pw)(?P<rest>[a-z0-9_.\-]{0,64}+)(?:\\{0,3}["'])?"""
+    r"""(?:[ \t]*[:=]| (?=\S))"""
+)
+_KEY_LEFT_REVERSED = re.compile(r"[A-Za-z0-9_.\-]{0,64}")
+_KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+_ASSIGN_TAIL = re.compile(
+    r"""(?:\\{0,3}["'])?[ \t]*(?::=|=>|=|:)[ \t]*"""
+    r"""(?:(?P<q>\\{0,3}["'])(?P<qv>(?:(?!(?P=q))[^\n]){1,512}?)(?P=q)"""
+    r"""|(?P<v>[^\s"'\\,;<>(){}\[\]`&|]{1,512}))"""
+)
+_CLI_FLAG_TAIL = re.compile(r"""[ ](?P<v>[^\s"'\\,;<>(){}\[\]`&|-][^\s"'\\,;<>(){}\[\]`&|]{0,511})""")
+_PROSE = re.compile(r"\b(?:password|passcode|passphrase|pwd)\s+(?:is|was)\s+(?P<v>[^\s\"'<>]{4,256})")
+_KEY_WORDS = re.compile(r"[_.\-]+|(?<=[a-z0-9])(?=[A-Z])")
+
+_PASSWORD_WORDS = frozenset({"password", "passwd", "passphrase", "passcode", "pwd", "pass", "pw", "secret"})
+_TOKEN_WORDS = frozenset({"token", "credential", "credentials", "auth", "apikey", "authtoken", "accesstoken"})
+_KEY_QUALIFIERS = frozenset(
+    {
+        "api", "access", "secret", "private", "auth", "signing", "encryption", "master", "session", "app",
+        "client", "service", "admin", "deploy", "license", "webhook", "account", "x", "subscription", "consumer",
+    }
+)  # fmt: skip
+_NON_SECRET_LAST = frozenset(
+    {
+        "count", "limit", "max", "min", "ttl", "type", "url", "uri", "endpoint", "expiry", "expires", "expiration",
+        "length", "len", "usage", "file", "path", "name", "field", "header", "param", "format", "mode", "prefix",
+        "size", "timeout", "id", "ids", "policy", "rotation", "version", "enabled", "required", "hint", "label",
+        "at", "used", "budget", "window", "strategy", "provider", "method", "source", "env", "var", "location",
+        "manager", "rule", "rules", "regex", "pattern", "algorithm", "alg", "scheme", "scope", "scopes",
+        "audience", "issuer", "kind", "class", "schema", "index", "cost", "price", "rate", "ratio", "total",
+        "changed", "updated", "created", "age", "days", "strength", "attempts", "retries", "valid", "invalid",
+        "error", "errors", "message", "status", "expired", "lifetime", "interval", "tokens", "keys", "secrets",
+        "passwords", "credentials_path", "arn", "ref", "store", "vault", "reset", "refresh", "fingerprint",
+        "hash_algorithm", "per", "second", "seconds", "minute", "ms", "s", "tokenizer", "estimate",
+        "ttl_seconds", "name_prefix", "description", "doc", "docs", "help", "example", "placeholder", "input",
+        "required_fields", "policy_version", "config", "region", "bucket", "user", "username", "login", "email",
+    }
+)  # fmt: skip
+_PLACEHOLDER_SHAPE = re.compile(r"^(?:<[^>]*>|\$\{[^}]*\}|\{\{.*\}\}|\$[A-Z_][A-Z0-9_]*|%\(.*\)s|\*+|[xX]{3,}|\.{3,})$")
+_PLACEHOLDER_WORDS = frozenset(
+    {
+        "null", "none", "nil", "true", "false", "undefined", "empty", "redacted", "hidden", "masked", "string",
+        "str", "required", "optional", "env", "secret", "password", "token", "your_password", "your_api_key",
+        "your-api-key", "changeme_later",
+    }
+)  # fmt: skip
+
+
+def placeholder_value(value: str) -> bool:
+    """Template and config placeholders (`${DB_PASSWORD}`, `<token>`, `null`) are not secrets."""
+    return value.lower() in _PLACEHOLDER_WORDS or _PLACEHOLDER_SHAPE.match(value) is not None
+
+
+_NEXT_KEY = re.compile(r"""^[\\]*["']?\s*(?:[,}\]]|$)""")
+
+
+@functools.lru_cache(maxsize=4096)
+def key_kind(key: str) -> str | None:
+    """'password' for password-like keys (any value is secret), 'token' for token/key-like ones, None otherwise."""
+    words = [w.lower() for w in _KEY_WORDS.split(key.strip("-_.")) if w]
+    if not words or words[-1] in _NON_SECRET_LAST:
+        return None
+    joined = "".join(words)
+    if any(w in _PASSWORD_WORDS for w in words) or "password" in joined or "passwd" in joined:
+        return "password"
+    if "secret" in joined:
+        return "password"
+    if any(w in _TOKEN_WORDS for w in words):
+        return "token"
+    for prev, word in itertools.pairwise(words):
+        if word == "key" and prev in _KEY_QUALIFIERS:
+            return "token"
+    if joined.endswith(("apikey", "accesskey", "secretkey", "privatekey", "authkey", "authtoken", "accesstoken")):
+        return "token"
+    return None
+
+
+def secret_value_ok(kind: str, value: str) -> bool:
+    value = value.strip()
+    if len(value) < 4 or placeholder_value(value) or len(set(value)) == 1:
+        return False
+    if kind == "password":
+        return not (value.isdigit() and len(value) < 4)
+    if value.isdigit() or len(value) < 12:
+        return False
+    return v.shannon_entropy(value) >= 3.0 and (v.char_classes(value) >= 2 or len(value) >= 24)
+
+
+class AssignmentSecretRecognizer:
+    """`password=...`, `"api_key": "..."`, YAML/.env/ini lines, CLI flags and JSON-escaped bodies.
+
+    Finds key hints with one case-insensitive scan, widens each hit to the whole key, classifies the key by its
+    words (`max_tokens` and `token_url` are not secrets) and checks the value (placeholders and low-entropy
+    token values are kept).
+    """
+
+    kind = "SECRET"
+    priority = 80
+    keywords = ("pass", "pwd", "secret", "token", "credential", "key", "auth", "pw")
+
+    def find(self, text: str, lowered: str) -> Iterable[Finding]:
+        if len(lowered) != len(text):  # a few Unicode letters change length when lowered: keep offsets aligned
+            lowered = "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
+        out: list[Finding] = []
+        last_key_end = -1
+        n = len(text)
+        for hit in _KEY_HINT.finditer(lowered):
+            hint_start = hit.start()
+            if hint_start < last_key_end:
+                continue
+            end = last_key_end = hit.end("rest")
+            left = _KEY_LEFT_REVERSED.match(text[max(0, hint_start - 64) : hint_start][::-1])
+            start = hint_start - left.end()  # type: ignore[union-attr]
+            if start >= 1 and text[start - 1] == "\\" and text[start] in "nrt":
+                start += 1
+            kind = key_kind(text[start:end])
+            if kind is None:
+                continue
+            cli = start >= 1 and text[start - 1] == "-"
+            m = (_CLI_FLAG_TAIL if cli and end < n and text[end] == " " else _ASSIGN_TAIL).match(text, end)
+            if m is None:
+                continue
+            group = "qv" if m.group("v") is None and "qv" in m.re.groupindex else "v"
+            value = m.group(group)
+            if value is not None and secret_value_ok(kind, value):
+                out.append(Finding(m.start(group), m.end(group), self.kind, self.priority))
+        if "pass" in lowered or "pwd" in lowered:
+            for m in _PROSE.finditer(lowered):
+                value = text[m.start("v") : m.end("v")].rstrip(".,;:!?")
+                if v.char_classes(value) >= 2 and not placeholder_value(value):
+                    out.append(Finding(m.start("v"), m.start("v") + len(value), self.kind, self.priority))
+        return out
+
+
+def default_recognizers() -> list[Recognizer]:
+    """Every structured recognizer (no NER): PII first, then secrets; overlap resolution uses priorities."""
+    return [*pii_recognizers(), *secret_recognizers()]
+
+
+def kinds(recognizers: Sequence[Recognizer]) -> list[str]:
+    return sorted({r.kind for r in recognizers})

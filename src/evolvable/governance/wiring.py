@@ -1,0 +1,95 @@
+"""One call to put governance on a proxy app: Governor, Authenticator, routers, read audit, retention loop.
+
+    gov = Governance.for_store(store)
+    app = create_app(config, store, governor=gov.governor, authenticator=gov.authenticator, routers=gov.routers)
+    gov.install(app)      # audits trajectory reads; runs retention in the app's lifespan
+
+Keys are required when any API key exists or EVOLVABLE_ADMIN_KEY is set; otherwise (a fresh, local,
+single-tenant proxy) calls without a known key belong to the tenant `default`, as without governance,
+while admin routes still need an admin key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from evolvable.governance.api import AuditReadsMiddleware, governance_routers
+from evolvable.governance.pipeline import Governor
+from evolvable.governance.retention import retention_loop
+from evolvable.governance.tenants import DEFAULT_TENANT, TenantDirectory
+from evolvable.proxy.hooks import Principal
+from evolvable.store.tables.governance import api_keys
+
+
+class KeysOrDefaultTenant:
+    """A known key maps to its tenant; anything else is the `default` tenant (never admin)."""
+
+    def __init__(self, directory: TenantDirectory) -> None:
+        self.directory = directory
+        self._default = Principal(tenant_id=DEFAULT_TENANT)
+
+    def authenticate(self, bearer: str | None) -> Principal | None:
+        return self.directory.authenticate(bearer) or self._default
+
+
+@dataclass
+class Governance:
+    store: Any
+    directory: TenantDirectory
+    governor: Governor
+    authenticator: Any
+    routers: list[Any]
+    retention_interval_s: float = 3600.0
+
+    @classmethod
+    def for_store(
+        cls,
+        store: Any,
+        *,
+        require_keys: bool | None = None,
+        person_names: bool = False,
+        retention_interval_s: float = 3600.0,
+        admin_key: str | None = None,
+    ) -> Governance:
+        directory = (
+            TenantDirectory(store.engine, admin_key=admin_key)
+            if admin_key is not None
+            else TenantDirectory.from_store(store)
+        )
+        if require_keys is None:
+            with store.engine.connect() as conn:
+                any_key = conn.execute(sa.select(api_keys.c.id).limit(1)).first() is not None
+            require_keys = any_key or directory.has_admin_key
+        return cls(
+            store=store,
+            directory=directory,
+            governor=Governor(store, directory=directory, audit=directory.audit, person_names=person_names),
+            authenticator=directory if require_keys else KeysOrDefaultTenant(directory),
+            routers=governance_routers(store, directory),
+            retention_interval_s=retention_interval_s,
+        )
+
+    def install(self, app: Any) -> None:
+        """Add the read-audit middleware and run the retention loop inside the app's lifespan."""
+        app.add_middleware(AuditReadsMiddleware, directory=self.directory)
+        inner = app.router.lifespan_context
+        store, interval = self.store, self.retention_interval_s
+
+        @contextlib.asynccontextmanager
+        async def lifespan(a: Any) -> AsyncIterator[Any]:
+            async with inner(a) as state:
+                task = asyncio.create_task(retention_loop(store, interval))
+                try:
+                    yield state
+                finally:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+
+        app.router.lifespan_context = lifespan

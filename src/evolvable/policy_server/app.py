@@ -1,0 +1,417 @@
+"""The OpenAI-compatible HTTP API over the engine, with vLLM's field names and LoRA endpoints.
+
+- `POST /v1/chat/completions`, `POST /v1/completions` (streaming and not, `n`, seeds, stops);
+  `return_token_ids: true` adds `prompt_token_ids` and `choices[i].token_ids` (per delta when streaming);
+  `logprobs` adds per-token logprobs of the raw model distribution (temperature 1, before top-p).
+- `GET /v1/models`: the base model and every loaded adapter.
+- `POST /v1/load_lora_adapter {lora_name, lora_path}`, `POST /v1/unload_lora_adapter {lora_name}`.
+- `GET /health`, `GET /stats` (engine counters).
+Errors are OpenAI-style `{"error": {"message", "type", "code"}}` bodies with a 4xx status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import asdict
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import PlainTextResponse, Response, StreamingResponse
+from pydantic import ValidationError
+
+from evolvable.errors import EvolvableError
+from evolvable.policy_server.engine import UNKNOWN_ADAPTER, AdapterError, Engine, GenerationResult, StepUpdate
+from evolvable.policy_server.schemas import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    LoadLoraAdapterRequest,
+    UnloadLoraAdapterRequest,
+)
+
+__all__ = ["create_app"]
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, error_type: str = "invalid_request_error", code: str | None = None):
+        self.status, self.message, self.error_type, self.code = status, message, error_type, code
+        super().__init__(message)
+
+
+def _json(body: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+
+
+def _error(status: int, message: str, error_type: str = "invalid_request_error", code: str | None = None) -> Response:
+    return _json({"error": {"message": message, "type": error_type, "param": None, "code": code or status}}, status)
+
+
+def _validation_message(err: ValidationError | RequestValidationError) -> str:
+    parts = []
+    for item in err.errors():
+        location = ".".join(str(p) for p in item.get("loc", ()) if p != "body")
+        parts.append(f"{location}: {item.get('msg')}" if location else str(item.get("msg")))
+    return "; ".join(parts) or "invalid request"
+
+
+def create_app(engine: Engine, *, aliases: tuple[str, ...] = ()) -> FastAPI:
+    """The ASGI app serving `engine`. The app's lifespan starts the engine thread; the caller stops it.
+    `aliases` are extra model names that select the base model (for example its display name)."""
+    base_names = {engine.model_name, *aliases}
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        engine.start()
+        yield
+
+    app = FastAPI(title="Evolvable policy server", lifespan=lifespan, docs_url=None, redoc_url=None)
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, err: ApiError) -> Response:
+        return _error(err.status, err.message, err.error_type, err.code)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, err: RequestValidationError) -> Response:
+        return _error(400, _validation_message(err))
+
+    @app.exception_handler(AdapterError)
+    async def _adapter_error(_: Request, err: AdapterError) -> Response:
+        return _error(err.status_code, str(err), "NotFoundError" if err.status_code == 404 else "BadRequestError")
+
+    @app.exception_handler(EvolvableError)
+    async def _known_error(_: Request, err: EvolvableError) -> Response:
+        return _error(400, str(err))
+
+    async def parse(request: Request, model: type[Any]) -> Any:
+        try:
+            body = orjson.loads(await request.body())
+        except orjson.JSONDecodeError as err:
+            raise ApiError(400, f"the body is not valid JSON: {err}") from err
+        if not isinstance(body, dict):
+            raise ApiError(400, "the body must be a JSON object")
+        try:
+            return model.model_validate(body)
+        except ValidationError as err:
+            raise ApiError(400, _validation_message(err)) from err
+
+    def resolve_adapter(model: str) -> str | None:
+        if model in base_names:
+            return None
+        if model in engine.adapters:
+            return model
+        raise ApiError(404, f"The model `{model}` does not exist.", "NotFoundError", "model_not_found")
+
+    @app.get("/health")
+    async def health() -> Response:
+        return _json({"status": "ok", "model": engine.model_name, "adapters": sorted(engine.adapters)})
+
+    @app.get("/stats")
+    async def stats() -> Response:
+        return _json(asdict(engine.stats))
+
+    @app.get("/v1/models")
+    async def models() -> Response:
+        created = int(time.time())
+        data = [
+            {
+                "id": engine.model_name,
+                "object": "model",
+                "created": created,
+                "owned_by": "evolvable",
+                "root": engine.model_name,
+                "parent": None,
+            }
+        ]
+        for name, path in sorted(engine.adapters.items()):
+            data.append(
+                {
+                    "id": name,
+                    "object": "model",
+                    "created": created,
+                    "owned_by": "evolvable",
+                    "root": path,
+                    "parent": engine.model_name,
+                }
+            )
+        return _json({"object": "list", "data": data})
+
+    @app.post("/v1/load_lora_adapter")
+    async def load_lora_adapter(request: Request) -> Response:
+        body: LoadLoraAdapterRequest = await parse(request, LoadLoraAdapterRequest)
+        await engine.aload_adapter(body.lora_name, body.lora_path, replace=body.load_inplace)
+        return PlainTextResponse(f"Success: LoRA adapter '{body.lora_name}' added successfully.")
+
+    @app.post("/v1/unload_lora_adapter")
+    async def unload_lora_adapter(request: Request) -> Response:
+        body: UnloadLoraAdapterRequest = await parse(request, UnloadLoraAdapterRequest)
+        await engine.aunload_adapter(body.lora_name)
+        return PlainTextResponse(f"Success: LoRA adapter '{body.lora_name}' removed successfully.")
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        body: ChatCompletionRequest = await parse(request, ChatCompletionRequest)
+        adapter = resolve_adapter(body.model)
+        messages = [_normalise_message(m) for m in body.messages]
+        prompt_ids = await asyncio.to_thread(engine.chat_prompt_ids, messages, body.tools)
+        engine.check_request(prompt_ids, adapter)
+        top = (body.top_logprobs or 0) if body.logprobs else 0
+        params = [body.sampling_params(i, top, body.effective_max_tokens) for i in range(body.n)]
+        meta = _Meta("chatcmpl", body.model)
+        if body.stream:
+            streams = [engine.stream(prompt_ids, p, adapter) for p in params]
+            return _sse(_chat_chunks(engine, body, meta, prompt_ids, streams))
+        results = await asyncio.gather(*(engine.generate(prompt_ids, p, adapter) for p in params))
+        _raise_for_failures(results)
+        choices = []
+        for index, result in enumerate(results):
+            choice: dict[str, Any] = {
+                "index": index,
+                "message": {"role": "assistant", "content": result.text},
+                "logprobs": _chat_logprobs(engine, result.token_ids, result.logprobs, result.top_logprobs, top)
+                if body.logprobs
+                else None,
+                "finish_reason": result.finish_reason,
+            }
+            if body.return_token_ids:
+                choice["token_ids"] = result.token_ids
+            choices.append(choice)
+        response = meta.envelope("chat.completion", choices, _usage(prompt_ids, results))
+        if body.return_token_ids:
+            response["prompt_token_ids"] = prompt_ids
+        return _json(response)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        body: CompletionRequest = await parse(request, CompletionRequest)
+        adapter = resolve_adapter(body.model)
+        if body.echo:
+            raise ApiError(400, "echo is not supported by this server")
+        try:
+            prompts = body.prompts()
+        except ValueError as err:
+            raise ApiError(400, str(err)) from err
+        prompt_ids = [p if isinstance(p, list) else engine.text_prompt_ids(p) for p in prompts]
+        for ids in prompt_ids:
+            engine.check_request(ids, adapter)
+        top = body.logprobs or 0
+        jobs = [(ids, body.sampling_params(i, top, body.max_tokens)) for ids in prompt_ids for i in range(body.n)]
+        meta = _Meta("cmpl", body.model)
+        if body.stream:
+            streams = [engine.stream(ids, p, adapter) for ids, p in jobs]
+            return _sse(_completion_chunks(engine, body, meta, [ids for ids, _ in jobs], streams))
+        results = await asyncio.gather(*(engine.generate(ids, p, adapter) for ids, p in jobs))
+        _raise_for_failures(results)
+        choices = []
+        for index, result in enumerate(results):
+            choice: dict[str, Any] = {
+                "index": index,
+                "text": result.text,
+                "logprobs": _completion_logprobs(engine, result.token_ids, result.logprobs, result.top_logprobs)
+                if body.logprobs is not None
+                else None,
+                "finish_reason": result.finish_reason,
+            }
+            if body.return_token_ids:
+                choice["prompt_token_ids"] = result.prompt_token_ids
+                choice["token_ids"] = result.token_ids
+            choices.append(choice)
+        usage = {
+            "prompt_tokens": sum(len(ids) for ids, _ in jobs[:: body.n]),
+            "completion_tokens": sum(len(r.token_ids) for r in results),
+        }
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        return _json(meta.envelope("text_completion", choices, usage))
+
+    return app
+
+
+class _Meta:
+    def __init__(self, prefix: str, model: str) -> None:
+        self.id = f"{prefix}-{uuid.uuid4().hex}"
+        self.model = model
+        self.created = int(time.time())
+
+    def envelope(self, kind: str, choices: list[dict[str, Any]], usage: dict[str, int] | None) -> dict[str, Any]:
+        body: dict[str, Any] = {"id": self.id, "object": kind, "created": self.created, "model": self.model}
+        body["choices"] = choices
+        if usage is not None or not kind.endswith("chunk"):
+            body["usage"] = usage
+        return body
+
+
+def _normalise_message(message: dict[str, Any]) -> dict[str, Any]:
+    """Flatten OpenAI content parts to text and None content to "", which plain chat templates expect."""
+    if "role" not in message:
+        raise ApiError(400, "every message needs a role")
+    content = message.get("content")
+    if isinstance(content, list):
+        text = "".join(part.get("text", "") for part in content if isinstance(part, dict))
+        return {**message, "content": text}
+    if content is None:
+        return {**message, "content": ""}
+    return message
+
+
+def _raise_for_failures(results: list[GenerationResult]) -> None:
+    if any(r.finish_reason == UNKNOWN_ADAPTER for r in results):
+        raise ApiError(404, "the adapter was unloaded before this request started", "NotFoundError", "model_not_found")
+    if any(r.finish_reason in ("error", "abort") for r in results):
+        raise ApiError(500, "generation failed inside the engine; see the server log", "server_error", "engine_error")
+
+
+def _usage(prompt_ids: list[int], results: list[GenerationResult]) -> dict[str, int]:
+    completion = sum(len(r.token_ids) for r in results)
+    return {
+        "prompt_tokens": len(prompt_ids),
+        "completion_tokens": completion,
+        "total_tokens": len(prompt_ids) + completion,
+    }
+
+
+def _chat_logprobs(
+    engine: Engine, token_ids: list[int], logprobs: list[float], tops: list[list[tuple[int, float]]], top: int
+) -> dict[str, Any]:
+    content = []
+    for token, logprob, alternatives in zip(token_ids, logprobs, tops, strict=True):
+        text, raw = engine.token_text(token)
+        entry: dict[str, Any] = {"token": text, "logprob": logprob, "bytes": raw, "top_logprobs": []}
+        if top:
+            entry["top_logprobs"] = [
+                {"token": engine.token_text(t)[0], "logprob": lp, "bytes": engine.token_text(t)[1]}
+                for t, lp in alternatives
+            ]
+        content.append(entry)
+    return {"content": content}
+
+
+def _completion_logprobs(
+    engine: Engine, token_ids: list[int], logprobs: list[float], tops: list[list[tuple[int, float]]]
+) -> dict[str, Any]:
+    tokens = [engine.token_text(t)[0] for t in token_ids]
+    offsets, position = [], 0
+    for token in tokens:
+        offsets.append(position)
+        position += len(token)
+    return {
+        "tokens": tokens,
+        "token_logprobs": logprobs,
+        "top_logprobs": [{engine.token_text(t)[0]: lp for t, lp in alternatives} or None for alternatives in tops],
+        "text_offset": offsets,
+    }
+
+
+def _sse(chunks: AsyncIterator[dict[str, Any] | str]) -> StreamingResponse:
+    async def encode() -> AsyncIterator[bytes]:
+        async for chunk in chunks:
+            payload = chunk.encode() if isinstance(chunk, str) else orjson.dumps(chunk)
+            yield b"data: " + payload + b"\n\n"
+
+    return StreamingResponse(encode(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
+async def _merge(streams: list[AsyncIterator[StepUpdate]]) -> AsyncIterator[tuple[int, StepUpdate]]:
+    """Interleave the update streams of several choices as they arrive."""
+    merged: asyncio.Queue[tuple[int, StepUpdate | None]] = asyncio.Queue()
+
+    async def pump(index: int, stream: AsyncIterator[StepUpdate]) -> None:
+        try:
+            async for update in stream:
+                await merged.put((index, update))
+        finally:
+            await merged.put((index, None))
+
+    tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams)]
+    remaining = len(tasks)
+    try:
+        while remaining:
+            index, update = await merged.get()
+            if update is None:
+                remaining -= 1
+            else:
+                yield index, update
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+async def _chat_chunks(
+    engine: Engine,
+    body: ChatCompletionRequest,
+    meta: _Meta,
+    prompt_ids: list[int],
+    streams: list[AsyncIterator[StepUpdate]],
+) -> AsyncIterator[dict[str, Any] | str]:
+    top = (body.top_logprobs or 0) if body.logprobs else 0
+    completion_tokens = 0
+    for index in range(body.n):
+        first: dict[str, Any] = {
+            "index": index,
+            "delta": {"role": "assistant", "content": ""},
+            "logprobs": None,
+            "finish_reason": None,
+        }
+        chunk = meta.envelope("chat.completion.chunk", [first], None)
+        if body.return_token_ids:
+            chunk["prompt_token_ids"] = prompt_ids
+        yield chunk
+    async for index, update in _merge(streams):
+        completion_tokens += len(update.token_ids)
+        if update.finish_reason in ("error", "abort", UNKNOWN_ADAPTER):
+            yield {"error": {"message": "generation failed inside the engine", "type": "server_error", "code": 500}}
+            return
+        choice: dict[str, Any] = {
+            "index": index,
+            "delta": {"content": update.text_delta} if update.text_delta or update.finish_reason is None else {},
+            "logprobs": _chat_logprobs(engine, update.token_ids, update.logprobs, update.top_logprobs, top)
+            if body.logprobs
+            else None,
+            "finish_reason": update.finish_reason,
+        }
+        if body.return_token_ids:
+            choice["token_ids"] = update.token_ids
+        yield meta.envelope("chat.completion.chunk", [choice], None)
+    if body.include_usage:
+        usage = {"prompt_tokens": len(prompt_ids), "completion_tokens": completion_tokens}
+        usage["total_tokens"] = usage["prompt_tokens"] + completion_tokens
+        yield {**meta.envelope("chat.completion.chunk", [], None), "usage": usage}
+    yield "[DONE]"
+
+
+async def _completion_chunks(
+    engine: Engine,
+    body: CompletionRequest,
+    meta: _Meta,
+    prompt_ids: list[list[int]],
+    streams: list[AsyncIterator[StepUpdate]],
+) -> AsyncIterator[dict[str, Any] | str]:
+    completion_tokens = 0
+    sent_prompt: set[int] = set()
+    async for index, update in _merge(streams):
+        completion_tokens += len(update.token_ids)
+        if update.finish_reason in ("error", "abort", UNKNOWN_ADAPTER):
+            yield {"error": {"message": "generation failed inside the engine", "type": "server_error", "code": 500}}
+            return
+        choice: dict[str, Any] = {
+            "index": index,
+            "text": update.text_delta,
+            "logprobs": _completion_logprobs(engine, update.token_ids, update.logprobs, update.top_logprobs)
+            if body.logprobs is not None
+            else None,
+            "finish_reason": update.finish_reason,
+        }
+        if body.return_token_ids:
+            choice["token_ids"] = update.token_ids
+            if index not in sent_prompt:
+                choice["prompt_token_ids"] = prompt_ids[index]
+                sent_prompt.add(index)
+        yield meta.envelope("text_completion", [choice], None)
+    if body.include_usage:
+        usage = {"prompt_tokens": sum(len(p) for p in prompt_ids[:: body.n]), "completion_tokens": completion_tokens}
+        usage["total_tokens"] = usage["prompt_tokens"] + completion_tokens
+        yield {**meta.envelope("text_completion", [], None), "usage": usage}
+    yield "[DONE]"

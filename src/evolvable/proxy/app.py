@@ -1,0 +1,249 @@
+"""The proxy application: `create_app(config, store, ...)` -> a FastAPI app.
+
+The lifespan owns the pooled upstream client, the spool and the background writer. The two completion
+endpoints are served by a pure ASGI dispatcher in front of FastAPI (no routing, validation or
+middleware cost per call); everything else (sessions, trajectories, models, other components'
+routers) is ordinary FastAPI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+
+from evolvable.proxy.completions import CompletionsEndpoint
+from evolvable.proxy.config import ProxyConfig
+from evolvable.proxy.errors import APIError, error_body
+from evolvable.proxy.hooks import (
+    Authenticator,
+    Governor,
+    OpenAuthenticator,
+    PassThroughGovernor,
+    Principal,
+    RequestRewriter,
+)
+from evolvable.proxy.sessions import SessionManager
+from evolvable.proxy.spool import Spool
+from evolvable.proxy.upstream import UpstreamClient
+from evolvable.proxy.writer import BackgroundWriter, WriterRunner, WriterStats
+from evolvable.store import Store
+
+log = logging.getLogger("evolvable.proxy")
+
+
+class ProxyRuntime:
+    """Everything one running proxy holds. Reachable from routes as `request.app.state.proxy`."""
+
+    def __init__(
+        self,
+        config: ProxyConfig,
+        store: Store,
+        governor: Governor | None,
+        authenticator: Authenticator | None,
+        rewriter: RequestRewriter | None,
+    ) -> None:
+        self.config = config.validate()
+        self.store = store
+        self.governor: Governor = governor or PassThroughGovernor()
+        self.authenticator: Authenticator = authenticator or OpenAuthenticator()
+        self.authenticator_is_open = authenticator is None
+        self.rewriter = rewriter
+        self.sessions = SessionManager(store)
+        if config.spool_dir is None:
+            from evolvable.settings import get_settings
+
+            config.spool_dir = get_settings().home / "spool"
+        self.spool = Spool(
+            config.spool_dir,
+            fsync=config.spool_fsync,
+            fsync_interval_s=config.spool_fsync_interval_s,
+            queue_size=config.spool_queue_size,
+            segment_bytes=config.spool_segment_bytes,
+        )
+        self.writer_stats = WriterStats()
+        self.writer = BackgroundWriter(
+            self.spool.reader,
+            store,
+            self.governor,
+            self.sessions,
+            self.writer_stats,
+            batch_size=config.writer_batch_size,
+            idle_s=config.writer_idle_s,
+        )
+        self.writer_runner = WriterRunner(self.writer, mode=config.writer_mode, nice=config.writer_nice)
+        self.upstream: UpstreamClient = None  # type: ignore[assignment]  # made in the lifespan (needs a loop)
+        self.dropped_records = 0
+
+    async def authenticate(self, bearer: str | None) -> Principal | None:
+        result = self.authenticator.authenticate(bearer)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    async def spool_record(self, record: dict[str, Any]) -> None:
+        """Queue a capture record; waits under back-pressure, drops (loudly) only after the timeout."""
+        try:
+            await self.spool.append(orjson.dumps(record, default=str), self.config.backpressure_timeout_s)
+        except Exception:
+            self.dropped_records += 1
+            log.exception("capture record %s dropped", record.get("id"))
+
+    async def flush(self, timeout_s: float | None = None) -> bool:
+        """Wait until every record queued so far is in the store (read-your-writes for the API)."""
+        timeout = self.config.read_your_writes_timeout_s if timeout_s is None else timeout_s
+        target = self.spool.enqueued
+
+        def wait() -> bool:
+            end = self.spool.wait_written(target, timeout)
+            return end is not None and self.spool.wait_applied(end, timeout)
+
+        return await asyncio.to_thread(wait)
+
+    def purge_spool(self, predicate: Callable[[dict[str, Any]], bool]) -> int:
+        """Remove spooled capture records matching `predicate(record)`; blocking (call in a thread).
+
+        Records are dicts with `t` (session|call|step|signal|end), `traj` (trajectory id), `tenant`,
+        `end_user`; see `records_for` for a ready-made predicate. Returns how many were removed."""
+        return self.spool.purge(lambda payload: predicate(orjson.loads(payload)))
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "spool_end": list(self.spool.end),
+            "spool_checkpoint": list(self.spool.reader.load_checkpoint()),
+            "spool_last_error": self.spool.last_error,
+            "records_dropped": self.dropped_records,
+            "writer_mode": self.config.writer_mode,
+            "writer_alive": self.writer_runner.alive,
+            "sessions_cached": len(self.sessions),
+            **self.writer_stats.as_dict(),
+        }
+
+    async def start(self) -> None:
+        await asyncio.to_thread(self._open_durable_parts)
+        self.upstream = UpstreamClient(self.config.upstreams)
+
+    def _open_durable_parts(self) -> None:
+        self.spool.open()
+        recovered = self.writer.drain()  # records spooled before a crash land before new traffic
+        if recovered:
+            log.info("recovered %d spooled records into the store", recovered)
+        self.sessions.load_running()
+        self.writer_runner.start(close_in_child=(self.spool.lock_fd,) if self.spool.lock_fd is not None else ())
+
+    async def stop(self) -> None:
+        if self.upstream is not None:
+            await self.upstream.close()
+        await asyncio.to_thread(self._close_durable_parts)
+
+    def _close_durable_parts(self) -> None:
+        self.spool.close()  # writes what is queued
+        self.writer_runner.stop()
+
+
+def records_for(
+    *, tenant_id: str | None = None, end_user: str | None = None, trajectory_ids: Sequence[str] | None = None
+) -> Callable[[dict[str, Any]], bool]:
+    """A purge predicate: records of this tenant, end user and/or these trajectories (all given must match)."""
+    ids = set(trajectory_ids or ())
+
+    def matches(rec: dict[str, Any]) -> bool:
+        if tenant_id is not None and rec.get("tenant") != tenant_id:
+            return False
+        if end_user is not None and rec.get("end_user") != end_user:
+            return False
+        return not (trajectory_ids is not None and rec.get("traj") not in ids)
+
+    return matches
+
+
+_HOT_PATHS = {
+    "/v1/chat/completions": "chat",
+    "/chat/completions": "chat",
+    "/v1/completions": "completions",
+    "/completions": "completions",
+}
+
+
+class ProxyApp(FastAPI):
+    """FastAPI, except that the completion endpoints are dispatched before any routing or middleware:
+    they are plain ASGI, so a call pays for none of FastAPI's machinery."""
+
+    hot_path: CompletionsEndpoint
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            endpoint = _HOT_PATHS.get(scope["path"])
+            if endpoint is not None:
+                return await self.hot_path(scope, receive, send, endpoint)
+        return await super().__call__(scope, receive, send)
+
+
+def create_app(
+    config: ProxyConfig,
+    store: Store,
+    *,
+    governor: Governor | None = None,
+    authenticator: Authenticator | None = None,
+    rewriter: RequestRewriter | None = None,
+    routers: Sequence[APIRouter] = (),
+) -> FastAPI:
+    """The proxy as an ASGI app. The caller owns `store` (the app does not close it)."""
+    from evolvable.proxy.routes import router as proxy_router
+
+    runtime = ProxyRuntime(config, store, governor, authenticator, rewriter)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await runtime.start()
+        sweeper = asyncio.create_task(_sweep_idle(runtime))
+        try:
+            yield
+        finally:
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
+            await runtime.stop()
+
+    app = ProxyApp(title="Evolvable proxy", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.hot_path = CompletionsEndpoint(runtime)
+    app.state.proxy = runtime
+    app.include_router(proxy_router)
+    for extra in routers:
+        app.include_router(extra)
+
+    @app.exception_handler(APIError)
+    async def _api_error(request: Request, exc: APIError) -> Response:
+        return Response(
+            error_body(exc.message, exc.error_type, exc.code), exc.status_code, media_type="application/json"
+        )
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> Response:
+        reasons = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+        return Response(
+            error_body(f"invalid request: {reasons}", "invalid_request_error"), 400, media_type="application/json"
+        )
+
+    return app
+
+
+async def _sweep_idle(runtime: ProxyRuntime) -> None:
+    """Close sessions idle past the timeout as `abandoned`."""
+    from evolvable.proxy.routes import end_session
+
+    while True:
+        await asyncio.sleep(runtime.config.idle_sweep_interval_s)
+        try:
+            for session in runtime.sessions.idle(runtime.config.session_idle_timeout_s):
+                await end_session(runtime, session, "abandoned", None, reason="idle_timeout")
+        except Exception:
+            log.exception("idle-session sweep failed")

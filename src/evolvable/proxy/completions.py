@@ -1,0 +1,471 @@
+"""The hot path: `/v1/chat/completions` and `/v1/completions` as a plain ASGI endpoint.
+
+Per call it parses the body once (orjson), resolves the session from memory, lets the rewriter apply
+the harness, forwards through the pooled client, passes the reply (or each SSE chunk, as it arrives)
+to the client, and only then queues one raw capture record on the spool. No validation models, no
+database I/O and no stream assembly happen here; the background writer does that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import logging
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import orjson
+
+from evolvable.errors import UpstreamError
+from evolvable.proxy.capture import SSEStripper, llm_step_id, strip_token_fields
+from evolvable.proxy.errors import error_body
+from evolvable.proxy.hooks import Principal, SessionContext
+from evolvable.proxy.sessions import KEY_PREFIX, Session
+
+if TYPE_CHECKING:
+    from evolvable.proxy.app import ProxyRuntime
+
+log = logging.getLogger("evolvable.proxy")
+
+Scope = dict[str, Any]
+_JSON = b"application/json"
+
+
+_ID_PREFIX = os.urandom(8).hex()
+_ID_COUNTER = itertools.count()
+
+
+def new_request_id() -> str:
+    """Unique across processes and restarts (random prefix) and cheap (no urandom per call)."""
+    return f"{_ID_PREFIX}{next(_ID_COUNTER):016x}"
+
+
+class RequestRejected(Exception):
+    def __init__(self, status: int, message: str, error_type: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.error_type, self.code = status, message, error_type, code
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000.0, 3)
+
+
+async def _send_bytes(send: Any, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", _JSON), (b"content-length", str(len(body)).encode()), *headers],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class CompletionsEndpoint:
+    """ASGI handler for both completion endpoints; `endpoint` is `chat` or `completions`."""
+
+    def __init__(self, runtime: ProxyRuntime) -> None:
+        self.rt = runtime
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any, endpoint: str) -> None:
+        t_start = time.perf_counter()
+        try:
+            await self._handle(scope, receive, send, endpoint, t_start)
+        except RequestRejected as rej:
+            overhead = _ms(time.perf_counter() - t_start)
+            await _send_bytes(
+                send,
+                rej.status,
+                error_body(rej.message, rej.error_type, rej.code),
+                [(b"x-evolvable-overhead-ms", str(overhead).encode())],
+            )
+
+    # ------------------------------------------------------------------ request parsing and auth
+
+    async def _read_body(self, scope: Scope, receive: Any, limit: int) -> bytes:
+        declared = None
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                declared = int(value) if value.isdigit() else None
+                break
+        if declared is not None and declared > limit:
+            raise RequestRejected(
+                413,
+                f"request body of {declared} bytes exceeds the limit of {limit}",
+                "invalid_request_error",
+                "body_too_large",
+            )
+        message = await receive()
+        body = message.get("body", b"")
+        if not message.get("more_body"):
+            if len(body) > limit:
+                raise RequestRejected(
+                    413, f"request body exceeds the limit of {limit} bytes", "invalid_request_error", "body_too_large"
+                )
+            return body
+        parts, size = [body], len(body)
+        while message.get("more_body"):
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise RequestRejected(400, "client disconnected while sending the body", "invalid_request_error")
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise RequestRejected(
+                    413, f"request body exceeds the limit of {limit} bytes", "invalid_request_error", "body_too_large"
+                )
+            parts.append(chunk)
+        return b"".join(parts)
+
+    async def _identify(self, headers: dict[bytes, bytes]) -> tuple[Principal, Session | None, str | None]:
+        """The caller, its session (if any), and a bearer to forward upstream (only a non-Evolvable one)."""
+        rt = self.rt
+        auth = headers.get(b"authorization", b"").decode("latin-1")
+        bearer = auth[7:].strip() if auth[:7].lower() == "bearer " else None
+        if bearer and bearer.startswith(KEY_PREFIX):
+            session = rt.sessions.cached_by_key(bearer)
+            if session is None:
+                session = await asyncio.to_thread(rt.sessions.load_by_key, bearer)
+            if session is None:
+                raise RequestRejected(401, "invalid session API key", "invalid_request_error", "invalid_api_key")
+            return Principal(tenant_id=session.tenant_id), session, None
+        principal = await rt.authenticate(bearer)
+        if principal is None:
+            raise RequestRejected(401, "invalid API key", "invalid_request_error", "invalid_api_key")
+        forward = bearer if rt.authenticator_is_open else None
+        sid = headers.get(b"x-evolvable-session")
+        if sid is None:
+            return principal, None, forward
+        sid_text = sid.decode("latin-1")
+        session = rt.sessions.cached_by_id(sid_text) or await asyncio.to_thread(rt.sessions.load_by_id, sid_text)
+        if session is None or session.tenant_id != principal.tenant_id:
+            raise RequestRejected(404, f"session {sid_text} not found", "invalid_request_error", "session_not_found")
+        return principal, session, forward
+
+    # ------------------------------------------------------------------ the call
+
+    async def _handle(self, scope: Scope, receive: Any, send: Any, endpoint: str, t_start: float) -> None:
+        rt = self.rt
+        if scope["method"] != "POST":
+            raise RequestRejected(405, "use POST", "invalid_request_error", "method_not_allowed")
+        raw = await self._read_body(scope, receive, rt.config.max_body_bytes)
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as err:
+            raise RequestRejected(
+                400, f"request body is not valid JSON: {err}", "invalid_request_error", "invalid_json"
+            ) from None
+        if not isinstance(body, dict):
+            raise RequestRejected(400, "request body must be a JSON object", "invalid_request_error", "invalid_json")
+        if endpoint == "chat":
+            messages = body.get("messages")
+            if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+                raise RequestRejected(
+                    400,
+                    "'messages' must be a non-empty list of message objects",
+                    "invalid_request_error",
+                    "missing_messages",
+                )
+        elif "prompt" not in body:
+            raise RequestRejected(400, "'prompt' is required", "invalid_request_error", "missing_prompt")
+        headers = dict(scope["headers"])
+        principal, session, forward_bearer = await self._identify(headers)
+
+        request_id = new_request_id()
+        if session is not None:
+            trajectory_id, agent, end_user = session.id, session.agent, session.end_user
+            rt.sessions.touch(session)
+        else:
+            trajectory_id = f"traj_{request_id}"
+            agent = headers.get(b"x-evolvable-agent", b"default").decode("latin-1")
+            user = body.get("user")
+            end_user = user if isinstance(user, str) else None
+
+        client_model = body.get("model")
+        harness_version = session.harness_version if session else None
+        policy_version = session.policy_version if session else None
+        upstream_name: str | None = None
+        model = client_model
+        if rt.rewriter is not None:
+            ctx = SessionContext(
+                tenant_id=principal.tenant_id,
+                agent=agent,
+                trajectory_id=trajectory_id,
+                session_id=session.id if session else None,
+                endpoint=endpoint,
+                task_id=session.task_id if session else None,
+                task_input=session.task_input if session else None,
+                end_user=end_user,
+                metadata=session.metadata if session else {},
+                harness_version=harness_version,
+                policy_version=policy_version,
+                call_index=session.calls if session else 0,
+            )
+            result = rt.rewriter.prepare(ctx, body)
+            if inspect.isawaitable(result):
+                result = await result
+            body = result.body
+            harness_version = result.harness_version or harness_version
+            policy_version = result.policy_version or policy_version
+            upstream_name = result.upstream_name
+            model = result.model or body.get("model")
+        alias = rt.config.models.get(model) if isinstance(model, str) else None
+        if alias is not None:
+            upstream_name = upstream_name or alias.upstream
+            model = alias.served_model or model
+        try:
+            upstream = rt.config.upstream(upstream_name)
+        except Exception as err:
+            raise RequestRejected(400, str(err), "invalid_request_error", "unknown_upstream") from None
+        if model != body.get("model"):
+            body = {**body, "model": model}
+
+        keep_ids = bool(body.get("return_token_ids"))
+        keep_lps = bool(body.get("logprobs"))
+        injected: list[str] = []
+        send_body = body
+        if rt.upstream.wants_token_fields(upstream):
+            send_body = dict(body)
+            if not keep_ids:
+                send_body["return_token_ids"] = True
+                injected.append("return_token_ids")
+            if not keep_lps and "logprobs" not in body:
+                send_body["logprobs"] = True if endpoint == "chat" else 0
+                injected.append("logprobs")
+        stream = bool(body.get("stream"))
+        first_versions = bool(session and not session.versions_recorded and (harness_version or policy_version))
+        if session is not None:
+            session.calls += 1
+            if first_versions:
+                session.versions_recorded = True
+                session.harness_version, session.policy_version = harness_version, policy_version
+
+        record: dict[str, Any] = {
+            "t": "call",
+            "id": request_id,
+            "rid": request_id,
+            "traj": trajectory_id,
+            "tenant": principal.tenant_id,
+            "sess": session.id if session else None,
+            "agent": agent,
+            "end_user": end_user,
+            "ep": endpoint,
+            "req": body,
+            "injected": injected,
+            "cm": client_model if client_model != model else None,
+            "up": upstream.name,
+            "hv": harness_version,
+            "pv": policy_version,
+            "setv": first_versions,
+            "stream": stream,
+            "t0": time.time(),
+        }
+        path = "/v1/chat/completions" if endpoint == "chat" else "/v1/completions"
+        up_headers = rt.upstream.headers(upstream, forward_bearer)
+        ids_header = [
+            (b"x-request-id", request_id.encode()),
+            (b"x-evolvable-trajectory-id", trajectory_id.encode()),
+            (b"x-evolvable-step-id", llm_step_id(request_id).encode()),
+        ]
+
+        t_up = time.perf_counter()
+        try:
+            resp = await rt.upstream.post(upstream, path, orjson.dumps(send_body), up_headers)
+            if resp.status == 400 and injected and upstream.token_capture == "auto":
+                # The upstream may not know vLLM's token fields: retry once without, remember if that was it.
+                first_error = await resp.read()
+                resp.release()
+                resp = await rt.upstream.post(upstream, path, orjson.dumps(body), up_headers)
+                if resp.status != 400:
+                    rt.upstream.state[upstream.name].accepts_token_fields = False
+                    log.info("upstream %s rejects token-capture fields; not asking again", upstream.name)
+                    injected = []
+                    record["injected"] = []
+                else:
+                    resp.release()
+                    resp = None
+                    raise UpstreamError(
+                        first_error.decode("utf-8", "replace"), status_code=400, error_type="upstream_400"
+                    )
+        except UpstreamError as err:
+            t_end = time.perf_counter()
+            status = err.status_code
+            if err.error_type == "upstream_400":
+                payload = _error_payload(err.args[0].encode(), 400)
+            else:
+                payload = error_body(str(err), "upstream_error", err.error_type)
+            overhead = _ms((t_end - t_start) - (t_end - t_up))
+            await _send_bytes(
+                send, status, payload, [(b"x-evolvable-overhead-ms", str(overhead).encode()), *ids_header]
+            )
+            record.update(
+                lat=_ms(t_end - t_up), err={"type": err.error_type, "message": str(err)[:2000], "status": status}
+            )
+            await rt.spool_record(record)
+            return
+
+        if stream and resp.status == 200 and resp.content_type == "text/event-stream":
+            await self._stream(
+                resp, receive, send, record, t_start, t_up, ids_header, keep_ids, keep_lps, bool(injected)
+            )
+            return
+        await self._plain(resp, send, record, t_start, t_up, ids_header, keep_ids, keep_lps, bool(injected))
+
+    async def _plain(
+        self,
+        resp: aiohttp.ClientResponse,
+        send: Any,
+        record: dict[str, Any],
+        t_start: float,
+        t_up: float,
+        ids_header: list[tuple[bytes, bytes]],
+        keep_ids: bool,
+        keep_lps: bool,
+        injected: bool,
+    ) -> None:
+        try:
+            raw = await resp.read()
+        except (aiohttp.ClientError, TimeoutError) as err:
+            raw, read_error = b"", err
+        else:
+            read_error = None
+        finally:
+            resp.release()
+        t_up_done = time.perf_counter()
+        status = resp.status
+        out = raw
+        if read_error is not None:
+            status = 504 if isinstance(read_error, TimeoutError) else 502
+            etype = "upstream_timeout" if status == 504 else "upstream_error"
+            out = error_body(f"upstream failed while sending its reply: {read_error!r}", "upstream_error", etype)
+            record["err"] = {"type": etype, "message": repr(read_error), "status": status}
+        elif status == 200:
+            try:
+                reply = orjson.loads(raw)
+                if not isinstance(reply, dict) or not isinstance(reply.get("choices"), list):
+                    raise ValueError("no choices")
+            except (orjson.JSONDecodeError, ValueError):
+                status = 502
+                out = error_body("upstream returned a malformed reply", "upstream_error", "upstream_malformed_reply")
+                record["err"] = {
+                    "type": "upstream_malformed_reply",
+                    "message": raw[:500].decode("utf-8", "replace"),
+                    "status": 502,
+                }
+            else:
+                record["resp"] = reply
+                if injected and not (keep_ids and keep_lps):
+                    shown = orjson.loads(raw)
+                    strip_token_fields(shown, keep_ids, keep_lps)
+                    out = orjson.dumps(shown)
+        else:
+            out = _error_payload(raw, status)
+            record["err"] = {
+                "type": "upstream_error",
+                "message": raw[:2000].decode("utf-8", "replace"),
+                "status": status,
+            }
+        t_end = time.perf_counter()
+        overhead = _ms((t_end - t_start) - (t_up_done - t_up))
+        await _send_bytes(send, status, out, [(b"x-evolvable-overhead-ms", str(overhead).encode()), *ids_header])
+        record["lat"] = _ms(t_up_done - t_up)
+        await self.rt.spool_record(record)
+
+    async def _stream(
+        self,
+        resp: aiohttp.ClientResponse,
+        receive: Any,
+        send: Any,
+        record: dict[str, Any],
+        t_start: float,
+        t_up: float,
+        ids_header: list[tuple[bytes, bytes]],
+        keep_ids: bool,
+        keep_lps: bool,
+        injected: bool,
+    ) -> None:
+        t_headers = time.perf_counter()
+        overhead = _ms(t_headers - t_start - (t_headers - t_up))
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"text/event-stream; charset=utf-8"),
+                    (b"cache-control", b"no-cache"),
+                    (b"x-evolvable-overhead-ms", str(overhead).encode()),
+                    *ids_header,
+                ],
+            }
+        )
+        disconnected = asyncio.Event()
+
+        async def watch() -> None:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    disconnected.set()
+                    return
+
+        watcher = asyncio.create_task(watch())
+        stripper = SSEStripper(keep_ids, keep_lps) if injected and not (keep_ids and keep_lps) else None
+        chunks: list[bytes] = []
+        ttft: float | None = None
+        try:
+            async for chunk in resp.content.iter_any():
+                if ttft is None:
+                    ttft = time.perf_counter()
+                chunks.append(chunk)
+                out = stripper.feed(chunk) if stripper is not None else chunk
+                if disconnected.is_set():
+                    record["err"] = {
+                        "type": "client_disconnected",
+                        "message": "client disconnected mid-stream",
+                        "status": 499,
+                    }
+                    break
+                if out:
+                    await send({"type": "http.response.body", "body": out, "more_body": True})
+            if stripper is not None and "err" not in record:
+                rest = stripper.flush()
+                if rest:
+                    await send({"type": "http.response.body", "body": rest, "more_body": True})
+        except (aiohttp.ClientError, TimeoutError) as err:
+            etype = "upstream_timeout" if isinstance(err, TimeoutError) else "upstream_stream_error"
+            record["err"] = {"type": etype, "message": repr(err), "status": 502}
+            await send(
+                {
+                    "type": "http.response.body",
+                    "body": b"data: "
+                    + error_body(f"upstream stream failed: {err!r}", "upstream_error", etype)
+                    + b"\n\n",
+                    "more_body": True,
+                }
+            )
+        finally:
+            resp.release()
+            watcher.cancel()
+        t_done = time.perf_counter()
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        if disconnected.is_set() and "err" not in record and ttft is None:
+            record["err"] = {"type": "client_disconnected", "message": "client disconnected mid-stream", "status": 499}
+        record["sse"] = b"".join(chunks).decode("utf-8", "replace")
+        record["lat"] = _ms(t_done - t_up)
+        if ttft is not None:
+            record["ttft"] = _ms(ttft - t_up)
+        await self.rt.spool_record(record)
+
+
+def _error_payload(raw: bytes, status: int) -> bytes:
+    """An upstream error body, passed through when it is already OpenAI-shaped, else wrapped."""
+    try:
+        parsed = orjson.loads(raw)
+        if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict):
+            return raw
+    except orjson.JSONDecodeError:
+        pass
+    text = raw[:2000].decode("utf-8", "replace") or f"upstream answered HTTP {status}"
+    return error_body(text, "upstream_error", f"upstream_{status}")

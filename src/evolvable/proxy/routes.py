@@ -1,0 +1,386 @@
+"""The proxy's non-hot-path API: sessions, explicit steps, signals, trajectories, models.
+
+Writes go through the spool like captured calls (so governance sees everything before the store);
+reads first wait for the writer to catch up (read-your-writes), bounded by a timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from datetime import datetime
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import Response
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from evolvable.errors import EvolvableError, NotFound
+from evolvable.protocol.models import (
+    SignalKind,
+    Step,
+    TrajectoryStatus,
+    new_id,
+    utcnow,
+)
+from evolvable.proxy.app import ProxyRuntime
+from evolvable.proxy.capture import tool_step_id
+from evolvable.proxy.errors import APIError
+from evolvable.proxy.hooks import Principal, SessionContext
+from evolvable.proxy.sessions import KEY_PREFIX, Session
+from evolvable.store import InvalidCursor, TrajectoryFilter
+
+router = APIRouter()
+_STEP: TypeAdapter[Step] = TypeAdapter(Step)
+
+
+def _json(obj: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(obj), status_code=status, media_type="application/json")
+
+
+def _rt(request: Request) -> ProxyRuntime:
+    return request.app.state.proxy
+
+
+async def _principal(request: Request) -> Principal:
+    auth = request.headers.get("authorization", "")
+    bearer = auth[7:].strip() if auth[:7].lower() == "bearer " else None
+    rt = _rt(request)
+    if bearer and bearer.startswith(KEY_PREFIX):
+        session = rt.sessions.cached_by_key(bearer) or await asyncio.to_thread(rt.sessions.load_by_key, bearer)
+        if session is None:
+            raise APIError(401, "invalid session API key", "invalid_request_error", "invalid_api_key")
+        return Principal(tenant_id=session.tenant_id)
+    principal = await rt.authenticate(bearer)
+    if principal is None:
+        raise APIError(401, "invalid API key", "invalid_request_error", "invalid_api_key")
+    return principal
+
+
+async def _session(request: Request, session_id: str) -> Session:
+    """The session, if the caller may use it: its own key, or a principal of its tenant."""
+    rt = _rt(request)
+    principal = await _principal(request)
+    session = rt.sessions.cached_by_id(session_id) or await asyncio.to_thread(rt.sessions.load_by_id, session_id)
+    if session is None or session.tenant_id != principal.tenant_id:
+        raise APIError(404, f"session {session_id} not found", "invalid_request_error", "session_not_found")
+    auth = request.headers.get("authorization", "")
+    bearer = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+    if bearer.startswith(KEY_PREFIX) and rt.sessions.cached_by_key(bearer) not in (None, session):
+        raise APIError(404, f"session {session_id} not found", "invalid_request_error", "session_not_found")
+    return session
+
+
+class SessionCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    agent: str = Field("default", min_length=1, max_length=200)
+    task_input: Any = None
+    task_id: str | None = None
+    end_user: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    model: str | None = Field(
+        None, description="The model alias the session will call (helps the rewriter pin a policy)."
+    )
+
+
+class SessionEnd(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    status: TrajectoryStatus = TrajectoryStatus.completed
+    outcome: float | None = None
+
+
+class SignalIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kind: SignalKind
+    value: float
+    step_id: str | None = None
+    tool_call_id: str | None = None
+    response_id: str | None = None
+    label: str | None = None
+    source: str = "client"
+    confidence: float = Field(1.0, ge=0.0, le=1.0)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class SignalsIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    signals: list[SignalIn] = Field(min_length=1, max_length=1000)
+
+
+async def _parse(request: Request, model: type[BaseModel]) -> Any:
+    raw = await request.body()
+    if len(raw) > _rt(request).config.max_body_bytes:
+        raise APIError(413, "request body too large", "invalid_request_error", "body_too_large")
+    try:
+        data = orjson.loads(raw) if raw else {}
+    except orjson.JSONDecodeError as err:
+        raise APIError(400, f"request body is not valid JSON: {err}", "invalid_request_error", "invalid_json") from None
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        raise APIError(400, f"invalid request: {_reasons(err)}", "invalid_request_error") from None
+
+
+def _reasons(err: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in err.errors())
+
+
+@router.post("/v1/sessions", status_code=201)
+async def create_session(request: Request) -> Response:
+    rt = _rt(request)
+    principal = await _principal(request)
+    spec: SessionCreate = await _parse(request, SessionCreate)
+    harness_version = policy_version = None
+    if rt.rewriter is not None:
+        # Pin the session's versions now, so the whole run uses one harness and one policy.
+        ctx = SessionContext(
+            tenant_id=principal.tenant_id,
+            agent=spec.agent,
+            trajectory_id="",
+            session_id=None,
+            endpoint="chat",
+            task_id=spec.task_id,
+            task_input=spec.task_input,
+            end_user=spec.end_user,
+            metadata=spec.metadata,
+            call_index=-1,
+        )
+        result = rt.rewriter.prepare(ctx, {"model": spec.model, "messages": []})
+        if inspect.isawaitable(result):
+            result = await result
+        harness_version, policy_version = result.harness_version, result.policy_version
+    try:
+        session, key = await asyncio.to_thread(
+            rt.sessions.create,
+            tenant_id=principal.tenant_id,
+            agent=spec.agent,
+            task_id=spec.task_id,
+            task_input=spec.task_input,
+            end_user=spec.end_user,
+            metadata=spec.metadata,
+            harness_version=harness_version,
+            policy_version=policy_version,
+        )
+    except EvolvableError as err:
+        raise APIError(503, f"cannot create the session: {err}", "server_error") from None
+    await rt.spool_record(
+        {
+            "t": "session",
+            "id": session.id,
+            "traj": session.id,
+            "tenant": session.tenant_id,
+            "agent": session.agent,
+            "end_user": session.end_user,
+            "task_id": session.task_id,
+            "task_input": session.task_input,
+            "metadata": session.metadata,
+            "hv": harness_version,
+            "pv": policy_version,
+            "at": session.created_at.timestamp(),
+        }
+    )
+    return _json(
+        {
+            "id": session.id,
+            "api_key": key,
+            "agent": session.agent,
+            "harness_version": harness_version,
+            "policy_version": policy_version,
+        },
+        201,
+    )
+
+
+@router.post("/v1/sessions/{session_id}/steps", status_code=201)
+async def add_steps(session_id: str, request: Request) -> Response:
+    """One ATDP step (or `{"steps": [...]}`), e.g. an explicitly reported tool call."""
+    rt = _rt(request)
+    session = await _session(request, session_id)
+    raw = await request.body()
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as err:
+        raise APIError(400, f"request body is not valid JSON: {err}", "invalid_request_error", "invalid_json") from None
+    items = data.get("steps") if isinstance(data, dict) and "steps" in data else [data]
+    if not isinstance(items, list) or not items:
+        raise APIError(400, "expected a step object or {'steps': [...]}", "invalid_request_error")
+    steps = []
+    for item in items:
+        if isinstance(item, dict) and item.get("kind") == "tool_call" and item.get("tool_call_id") and "id" not in item:
+            item = {**item, "id": tool_step_id(session.id, item["tool_call_id"])}  # dedupes with the implicit record
+        try:
+            steps.append(_STEP.validate_python(item))
+        except ValidationError as err:
+            raise APIError(400, f"invalid step: {_reasons(err)}", "invalid_request_error") from None
+    for step in steps:
+        step.agent = step.agent or session.agent
+    now = time.time()
+    for step in steps:
+        await rt.spool_record(
+            {
+                "t": "step",
+                "id": step.id,
+                "traj": session.id,
+                "tenant": session.tenant_id,
+                "end_user": session.end_user,
+                "step": step.model_dump(mode="json"),
+                "at": now,
+            }
+        )
+    rt.sessions.touch(session)
+    return _json({"step_ids": [s.id for s in steps]}, 201)
+
+
+@router.post("/v1/sessions/{session_id}/signals", status_code=201)
+async def add_signals(session_id: str, request: Request) -> Response:
+    rt = _rt(request)
+    session = await _session(request, session_id)
+    spec: SignalsIn = await _parse(request, SignalsIn)
+    needs_lookup = any(s.tool_call_id or s.response_id for s in spec.signals)
+    if needs_lookup:
+        await rt.flush()
+    records = []
+    for s in spec.signals:
+        if sum(x is not None for x in (s.step_id, s.tool_call_id, s.response_id)) > 1:
+            raise APIError(400, "give at most one of step_id, tool_call_id, response_id", "invalid_request_error")
+        step_id = s.step_id
+        if s.tool_call_id or s.response_id:
+            step_id = await asyncio.to_thread(
+                rt.store.find_step, session.id, tool_call_id=s.tool_call_id, response_id=s.response_id
+            )
+            if step_id is None:
+                ref = f"tool_call_id {s.tool_call_id}" if s.tool_call_id else f"response_id {s.response_id}"
+                raise APIError(
+                    404, f"no step with {ref} in session {session.id}", "invalid_request_error", "step_not_found"
+                )
+        signal = {
+            "id": new_id("sig"),
+            "kind": s.kind.value,
+            "value": s.value,
+            "step_id": step_id,
+            "label": s.label,
+            "source": s.source,
+            "confidence": s.confidence,
+            "created_at": utcnow().isoformat(),
+            "metadata": s.metadata,
+        }
+        records.append(signal)
+    for signal in records:
+        await rt.spool_record(
+            {
+                "t": "signal",
+                "id": signal["id"],
+                "traj": session.id,
+                "tenant": session.tenant_id,
+                "end_user": session.end_user,
+                "signal": signal,
+            }
+        )
+    return _json({"signal_ids": [s["id"] for s in records]}, 201)
+
+
+async def end_session(
+    rt: ProxyRuntime, session: Session, status: str, outcome: float | None, reason: str | None = None
+) -> None:
+    rt.sessions.end(session, status)
+    await rt.spool_record(
+        {
+            "t": "end",
+            "id": new_id("end"),
+            "traj": session.id,
+            "sess": session.id,
+            "tenant": session.tenant_id,
+            "end_user": session.end_user,
+            "status": status,
+            "outcome": outcome,
+            "reason": reason,
+            "at": time.time(),
+        }
+    )
+
+
+@router.post("/v1/sessions/{session_id}/end")
+async def end(session_id: str, request: Request) -> Response:
+    rt = _rt(request)
+    session = await _session(request, session_id)
+    spec: SessionEnd = await _parse(request, SessionEnd)
+    if spec.status == TrajectoryStatus.running:
+        raise APIError(400, "status must be completed, failed or abandoned", "invalid_request_error")
+    await end_session(rt, session, spec.status.value, spec.outcome)
+    return _json({"id": session.id, "status": spec.status.value})
+
+
+@router.get("/v1/trajectories/{trajectory_id}")
+async def get_trajectory(trajectory_id: str, request: Request) -> Response:
+    rt = _rt(request)
+    principal = await _principal(request)
+    await rt.flush()
+    try:
+        trajectory = await asyncio.to_thread(rt.store.get_trajectory, trajectory_id, principal.tenant_id)
+    except NotFound:
+        raise APIError(404, f"trajectory {trajectory_id} not found", "invalid_request_error", "not_found") from None
+    return Response(trajectory.model_dump_json(), media_type="application/json")
+
+
+@router.get("/v1/trajectories")
+async def list_trajectories(
+    request: Request,
+    agent: str | None = None,
+    status: TrajectoryStatus | None = None,
+    harness_version: str | None = None,
+    policy_version: str | None = None,
+    task_id: str | None = None,
+    end_user: str | None = None,
+    started_after: datetime | None = None,
+    started_before: datetime | None = None,
+    limit: int = Query(50, ge=1, le=500),
+    cursor: str | None = None,
+) -> Response:
+    rt = _rt(request)
+    principal = await _principal(request)
+    await rt.flush()
+    f = TrajectoryFilter(
+        tenant_id=principal.tenant_id,
+        agent=agent,
+        status=status,
+        harness_version=harness_version,
+        policy_version=policy_version,
+        task_id=task_id,
+        end_user=end_user,
+        started_after=started_after,
+        started_before=started_before,
+    )
+    try:
+        page, next_cursor = await asyncio.to_thread(rt.store.list_trajectories, f, limit, cursor)
+    except InvalidCursor:
+        raise APIError(400, "invalid cursor", "invalid_request_error", "invalid_cursor") from None
+    return _json({"data": [h.model_dump(mode="json") for h in page], "next_cursor": next_cursor})
+
+
+@router.get("/v1/models")
+async def models(request: Request) -> Response:
+    """The upstreams' models plus the configured aliases (an upstream that fails is skipped)."""
+    rt = _rt(request)
+    await _principal(request)
+    seen: dict[str, dict[str, Any]] = {}
+    for upstream in rt.config.upstreams:
+        try:
+            listed = await rt.upstream.get_json(upstream, "/v1/models")
+        except EvolvableError:
+            continue
+        for m in (listed.get("data") if isinstance(listed, dict) else None) or []:
+            if isinstance(m, dict) and "id" in m:
+                seen.setdefault(m["id"], m)
+    for alias in rt.config.models:
+        seen.setdefault(alias, {"id": alias, "object": "model", "owned_by": "evolvable"})
+    return _json({"object": "list", "data": list(seen.values())})
+
+
+@router.get("/v1/proxy/status")
+async def status(request: Request) -> Response:
+    """Capture health: spool position, writer progress, dropped records."""
+    rt = _rt(request)
+    await _principal(request)
+    return _json(rt.status())

@@ -1,0 +1,211 @@
+"""Sessions: one agent run = one trajectory, tied to calls by a session key or header.
+
+Lookups on the request path hit an in-memory cache; a miss (another replica created the session, or
+the proxy restarted) falls back to the `proxy_sessions` table once. Creating a session writes its
+row directly (one small insert, not on the per-call path) so the key works at once on every replica;
+the trajectory header itself goes through the spool and governance like everything else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from evolvable.protocol.models import TrajectoryStatus, new_id, utcnow
+from evolvable.store import Store
+from evolvable.store.tables.proxy import proxy_sessions
+
+KEY_PREFIX = "evs_"
+"""Session keys start with it, so a bearer token is recognized as one without a lookup."""
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+@dataclass
+class Session:
+    id: str
+    tenant_id: str
+    agent: str
+    key_hash: str
+    task_id: str | None = None
+    task_input: Any = None
+    end_user: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    harness_version: str | None = None
+    policy_version: str | None = None
+    status: str = TrajectoryStatus.running.value
+    created_at: datetime = field(default_factory=utcnow)
+    last_activity: float = field(default_factory=time.monotonic)
+    calls: int = 0
+    versions_recorded: bool = False
+
+    @property
+    def running(self) -> bool:
+        return self.status == TrajectoryStatus.running.value
+
+
+class SessionManager:
+    """In-memory session cache in front of the `proxy_sessions` table. Safe to use from the event loop
+    for cache hits; `load_*` and `create` do blocking I/O and run in a worker thread."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._by_id: dict[str, Session] = {}
+        self._by_key: dict[str, Session] = {}
+
+    # ----------------------------------------------------------------- request path
+
+    def cached_by_key(self, key: str) -> Session | None:
+        return self._by_key.get(hash_key(key))
+
+    def cached_by_id(self, session_id: str) -> Session | None:
+        return self._by_id.get(session_id)
+
+    def touch(self, session: Session) -> None:
+        session.last_activity = time.monotonic()
+
+    # ----------------------------------------------------------------- blocking (worker thread)
+
+    def create(
+        self,
+        *,
+        tenant_id: str,
+        agent: str,
+        task_id: str | None,
+        task_input: Any,
+        end_user: str | None,
+        metadata: dict[str, Any],
+        harness_version: str | None = None,
+        policy_version: str | None = None,
+    ) -> tuple[Session, str]:
+        """A new session and its API key (returned once, stored hashed)."""
+        key = KEY_PREFIX + secrets.token_urlsafe(32)
+        session = Session(
+            id=new_id("traj"),
+            tenant_id=tenant_id,
+            agent=agent,
+            key_hash=hash_key(key),
+            task_id=task_id,
+            task_input=task_input,
+            end_user=end_user,
+            metadata=metadata,
+            harness_version=harness_version,
+            policy_version=policy_version,
+            versions_recorded=harness_version is not None or policy_version is not None,
+        )
+        with self.store.engine.begin() as conn:
+            conn.execute(
+                proxy_sessions.insert().values(
+                    id=session.id,
+                    tenant_id=tenant_id,
+                    agent=agent,
+                    key_hash=session.key_hash,
+                    task_id=task_id,
+                    end_user=end_user,
+                    harness_version=harness_version,
+                    policy_version=policy_version,
+                    status=session.status,
+                    created_at=session.created_at,
+                )
+            )
+        self._cache(session)
+        return session, key
+
+    def load_by_key(self, key: str) -> Session | None:
+        return self._load(proxy_sessions.c.key_hash == hash_key(key))
+
+    def load_by_id(self, session_id: str) -> Session | None:
+        return self._load(proxy_sessions.c.id == session_id)
+
+    def load_running(self) -> int:
+        """Cache every running session (after a restart), so idle timeouts keep applying to them."""
+        with self.store.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(proxy_sessions).where(proxy_sessions.c.status == TrajectoryStatus.running.value)
+            ).mappings()
+            sessions = [self._from_row(r) for r in rows]
+        for s in sessions:
+            self._cache(s)
+        return len(sessions)
+
+    def mark_ended(self, session_ids: list[str], status: str, ended_at: datetime) -> None:
+        """Called by the background writer when an end record was applied."""
+        if not session_ids:
+            return
+        with self.store.engine.begin() as conn:
+            conn.execute(
+                sa.update(proxy_sessions)
+                .where(proxy_sessions.c.id.in_(session_ids))
+                .values(status=status, ended_at=ended_at)
+            )
+
+    def record_versions(self, session_id: str, harness_version: str | None, policy_version: str | None) -> None:
+        with self.store.engine.begin() as conn:
+            conn.execute(
+                sa.update(proxy_sessions)
+                .where(proxy_sessions.c.id == session_id)
+                .values(harness_version=harness_version, policy_version=policy_version)
+            )
+
+    # ----------------------------------------------------------------- cache maintenance
+
+    def end(self, session: Session, status: str) -> None:
+        """Mark ended in memory and drop from the cache (late calls fall back to a DB lookup)."""
+        session.status = status
+        self._by_id.pop(session.id, None)
+        self._by_key.pop(session.key_hash, None)
+
+    def idle(self, timeout_s: float) -> list[Session]:
+        cutoff = time.monotonic() - timeout_s
+        return [s for s in list(self._by_id.values()) if s.running and s.last_activity < cutoff]
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def _cache(self, session: Session) -> None:
+        if session.running:
+            self._by_id[session.id] = session
+            self._by_key[session.key_hash] = session
+
+    def _load(self, where: Any) -> Session | None:
+        with self.store.engine.connect() as conn:
+            row = conn.execute(sa.select(proxy_sessions).where(where)).mappings().first()
+        if row is None:
+            return None
+        session = self._from_row(row)
+        cached = self._by_id.get(session.id)
+        if cached is not None:
+            return cached
+        if session.running:
+            try:
+                header = self.store.get_header(session.id)
+                session.task_input, session.metadata = header.task_input, dict(header.metadata)
+            except Exception:  # header not applied yet: the rewriter sees no task input, capture is unaffected
+                pass
+        self._cache(session)
+        return session
+
+    @staticmethod
+    def _from_row(row: Any) -> Session:
+        return Session(
+            id=row["id"],
+            tenant_id=row["tenant_id"],
+            agent=row["agent"],
+            key_hash=row["key_hash"],
+            task_id=row["task_id"],
+            end_user=row["end_user"],
+            harness_version=row["harness_version"],
+            policy_version=row["policy_version"],
+            status=row["status"],
+            created_at=row["created_at"],
+            versions_recorded=row["harness_version"] is not None or row["policy_version"] is not None,
+            calls=1,
+        )

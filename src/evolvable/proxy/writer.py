@@ -1,0 +1,239 @@
+"""The background writer: spool -> ATDP events -> governor -> store -> checkpoint, in batches.
+
+By default it runs in its own (forked, lower-priority) process: conversion, governance (redaction is
+CPU-heavy) and database writes then never compete with the request path for the GIL, and under CPU
+pressure the OS serves requests first while the spool absorbs the backlog on disk. `writer_mode:
+thread` keeps it in the proxy process instead. Either way all coordination goes through files (the
+checkpoint, a lock for purges), so the two modes behave the same.
+
+A batch is applied in one store transaction; the checkpoint moves only after the commit, so a crash
+replays at most one batch, and the store ignores replayed events by id. Failures (database down,
+governor error) are retried with backoff; nothing is skipped and nothing is stored ungoverned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+import orjson
+import sqlalchemy as sa
+
+from evolvable.errors import NotFound
+from evolvable.protocol.models import Event, LLMCallStep, utcnow
+from evolvable.proxy.capture import Converter
+from evolvable.proxy.hooks import Governor
+from evolvable.proxy.sessions import SessionManager
+from evolvable.proxy.spool import SpoolReader
+from evolvable.store import Store
+from evolvable.store.tables.trajectories import trajectories
+
+log = logging.getLogger("evolvable.proxy.writer")
+
+
+class WriterStats:
+    """Counters readable from the proxy process whichever process the writer runs in."""
+
+    def __init__(self) -> None:
+        ctx = multiprocessing.get_context("fork")
+        self._records = ctx.Value(ctypes.c_longlong, 0, lock=False)
+        self._events = ctx.Value(ctypes.c_longlong, 0, lock=False)
+        self._failures = ctx.Value(ctypes.c_longlong, 0, lock=False)
+        self._error = ctx.Array(ctypes.c_char, 512, lock=False)
+
+    def applied(self, records: int, events: int) -> None:
+        self._records.value += records
+        self._events.value += events
+
+    def failed(self, error: str | None) -> None:
+        if error is not None:
+            self._failures.value += 1
+        self._error.value = (error or "").encode("utf-8", "replace")[:511]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "records_applied": self._records.value,
+            "events_applied": self._events.value,
+            "writer_failures": self._failures.value,
+            "writer_last_error": self._error.value.decode("utf-8", "replace") or None,
+        }
+
+
+class BackgroundWriter:
+    def __init__(
+        self,
+        reader: SpoolReader,
+        store: Store,
+        governor: Governor,
+        sessions: SessionManager,
+        stats: WriterStats,
+        *,
+        batch_size: int = 256,
+        idle_s: float = 0.02,
+    ) -> None:
+        self.reader, self.store, self.governor, self.sessions = reader, store, governor, sessions
+        self.stats = stats
+        self.batch_size, self.idle_s = batch_size, idle_s
+        self.converter = Converter(lookup=self._stored_llm_steps)
+
+    def drain(self) -> int:
+        """Apply everything now in the spool, synchronously (startup recovery, tests, CLI)."""
+        total = 0
+        while True:
+            n = self.cycle()
+            total += n
+            if n == 0:
+                return total
+
+    def run(self, should_stop: Any) -> None:
+        """Apply until `should_stop()` and the spool is drained (or the writer keeps failing)."""
+        backoff, idle = 0.05, self.idle_s
+        while True:
+            try:
+                n = self.cycle()
+                backoff = 0.05
+                self.stats.failed(None)
+            except Exception as err:  # keep the data in the spool; retry
+                self.stats.failed(f"{err.__class__.__name__}: {err}")
+                log.exception("background writer failed; retrying in %.2fs", backoff)
+                if should_stop():
+                    return
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            if n:
+                idle = self.idle_s
+                continue
+            if should_stop():
+                return
+            time.sleep(idle)
+            idle = min(idle * 1.5, 0.1)
+
+    def cycle(self) -> int:
+        with self.reader.cycle_lock():
+            start = self.reader.load_checkpoint()
+            payloads, nxt = self.reader.read(start, self.batch_size)
+            if not payloads:
+                if nxt != start:
+                    self.reader.save_checkpoint(nxt)
+                return 0
+            records: list[dict[str, Any]] = []
+            events: list[Event] = []
+            for payload in payloads:
+                try:
+                    rec = orjson.loads(payload)
+                    events.extend(self.converter.convert(rec))
+                    records.append(rec)
+                except Exception:
+                    # A record we cannot convert is a bug in capture, not the client's; keep going, loudly.
+                    log.exception("cannot convert a spool record (%d bytes)", len(payload))
+            governed = self.governor.govern(events)
+            self.store.apply_events(governed)
+            self._after_apply(records)
+            self.reader.save_checkpoint(nxt)
+            self.stats.applied(len(records), len(governed))
+            return len(payloads)
+
+    def _after_apply(self, records: list[dict[str, Any]]) -> None:
+        """Session bookkeeping that is not an ATDP event: ended sessions, versions learned at the first call."""
+        ended: dict[str, list[str]] = {}
+        for rec in records:
+            if rec.get("t") == "end" and rec.get("sess"):
+                ended.setdefault(rec["status"], []).append(rec["traj"])
+            if rec.get("t") == "call" and rec.get("setv") and rec.get("sess"):
+                self._fill_versions(rec["traj"], rec.get("hv"), rec.get("pv"))
+        for status, ids in ended.items():
+            self.sessions.mark_ended(ids, status, utcnow())
+
+    def _fill_versions(self, trajectory_id: str, harness_version: str | None, policy_version: str | None) -> None:
+        """The header's versions, when the rewriter first named them on a call (not at session start).
+        ATDP has no header-update event; this fills only versions still unset."""
+        t = trajectories.c
+        with self.store.engine.begin() as conn:
+            for column, value in (("harness_version", harness_version), ("policy_version", policy_version)):
+                if value is not None:
+                    conn.execute(
+                        sa.update(trajectories)
+                        .where(t.id == trajectory_id, getattr(t, column).is_(None))
+                        .values({column: value})
+                    )
+        self.sessions.record_versions(trajectory_id, harness_version, policy_version)
+
+    def _stored_llm_steps(self, trajectory_id: str) -> list[LLMCallStep]:
+        try:
+            return self.store.get_trajectory(trajectory_id).llm_calls()
+        except NotFound:
+            return []
+
+
+class WriterRunner:
+    """Runs a BackgroundWriter in a forked child process (default) or a thread, and stops it cleanly."""
+
+    def __init__(self, writer: BackgroundWriter, mode: str = "process", nice: int = 5) -> None:
+        self.writer, self.mode, self.nice = writer, mode, nice
+        self._stop_thread = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._process: Any = None
+        self._stop_process: Any = None
+
+    def start(self, close_in_child: tuple[int, ...] = ()) -> None:
+        if self.mode == "thread":
+            self._thread = threading.Thread(
+                target=self.writer.run, args=(self._stop_thread.is_set,), name="evolvable-writer", daemon=True
+            )
+            self._thread.start()
+            return
+        ctx = multiprocessing.get_context("fork")
+        self._stop_process = ctx.Event()
+        self._process = ctx.Process(
+            target=_child_main,
+            args=(self.writer, self._stop_process, os.getpid(), close_in_child, self.nice),
+            name="evolvable-writer",
+            daemon=True,
+        )
+        self._process.start()
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Drain what is spooled (bounded by the timeout), then stop."""
+        if self._thread is not None:
+            self._stop_thread.set()
+            self._thread.join(timeout_s)
+            self._thread = None
+        if self._process is not None:
+            self._stop_process.set()
+            self._process.join(timeout_s)
+            if self._process.is_alive():
+                log.warning("background writer did not finish in %.0fs; the rest stays spooled", timeout_s)
+                self._process.terminate()
+                self._process.join(5)
+            self._process = None
+
+    @property
+    def alive(self) -> bool:
+        if self._thread is not None:
+            return self._thread.is_alive()
+        return self._process is not None and self._process.is_alive()
+
+
+def _child_main(writer: BackgroundWriter, stop: Any, parent_pid: int, close_fds: tuple[int, ...], nice: int) -> None:
+    """The writer process: no inherited locks, connections or signal handlers of the proxy."""
+    for fd in close_fds:  # e.g. the spool directory lock: it must die with the proxy, not with us
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the proxy tells us to drain and stop
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    with contextlib.suppress(ValueError, OSError):
+        signal.set_wakeup_fd(-1)
+    if nice:
+        with contextlib.suppress(OSError):
+            os.nice(nice)
+    writer.store.engine.dispose(close=False)  # never share the parent's pooled connections
+    writer.run(lambda: stop.is_set() or os.getppid() != parent_pid)
+    writer.store.engine.dispose()

@@ -1,0 +1,1 @@
+"""Built-in workloads: environments with tasks and programmatic verifiers for measuring agents."""

@@ -1,0 +1,102 @@
+"""Evolvers on recorded trajectories: exemplars cut from the proxy's record, distilled skills and prompts,
+tool descriptions, and a weights lever that says plainly when it cannot run."""
+
+from __future__ import annotations
+
+import pytest
+
+from evolvable.control.decision import Proposal
+from evolvable.control.evolvers import EvolveContext, LeverUnavailable
+from evolvable.control.evolvers.memory import MemoryEvolver, exemplar_from_trajectory
+from evolvable.control.evolvers.reflective import EvolverModel, PromptEvolver, SkillEvolver
+from evolvable.control.evolvers.tools import ToolDescriptionEvolver
+from evolvable.control.evolvers.weights import UNAVAILABLE, WeightsEvolver
+from evolvable.control.models import Lever
+from evolvable.control.statistics import compute_statistics, load_runs
+from evolvable.protocol.harness import render_messages
+from evolvable.protocol.models import ChatMessage
+from tests.control.conftest import AGENT, base_harness, make_trajectory
+
+
+def context(store) -> EvolveContext:
+    runs = load_runs(store, AGENT)
+    return EvolveContext(AGENT, store, base_harness(), base_harness().content_hash(), runs,
+                         compute_statistics(AGENT, runs))
+
+
+def record(store, n_ok: int = 2, n_bad: int = 4, **bad) -> None:
+    for i in range(n_ok):
+        store.put_trajectory(make_trajectory(cluster="refund", success=True, harness_version="h1-a",
+                                             task_text=f"refund order A-{i}"))
+    for i in range(n_bad):
+        store.put_trajectory(make_trajectory(cluster="refund", success=False, harness_version="h1-a",
+                                             task_text=f"refund order B-{i}", label="wrong_tool", **bad))
+
+
+def test_exemplar_is_the_episode_without_system_prompt_or_injected_exemplars() -> None:
+    t = make_trajectory(cluster="refund", success=True, harness_version=None, task_text="where is A-1?")
+    ex = exemplar_from_trajectory(t, "refund")
+    assert [m.role for m in ex.messages] == ["user", "assistant", "user", "assistant"]
+    assert ex.messages[0].content == "where is A-1?" and ex.messages[-1].content == "Your order has shipped."
+    assert ex.source_trajectory_id == t.id and ex.reward == 1.0
+    # Rendering the exemplar through the shared render_messages puts it before the live conversation.
+    harness = base_harness().model_copy(update={"memory": [ex], "memory_k": 1})
+    msgs = render_messages(harness, [ChatMessage(role="user", content="where is A-2?")], cluster="refund")
+    assert [m.role for m in msgs] == ["system", "user", "assistant", "user", "assistant", "user"]
+
+
+def test_memory_evolver_uses_only_clean_successful_runs(sqlite_store) -> None:
+    record(sqlite_store)
+    sqlite_store.put_trajectory(make_trajectory(cluster="refund", success=True, harness_version="h1-a",
+                                                task_text="refund now", violation=True))
+    proposal = Proposal(Lever.memory, "r", "", target={"clusters": ["refund"]})
+    cand = MemoryEvolver(per_cluster=5).propose(context(sqlite_store), proposal)
+    tasks = {ex.task_input for ex in cand.harness.memory}
+    assert tasks == {"refund order A-0", "refund order A-1"}  # the successful run with a violation is not used
+    assert cand.harness.memory_k >= 1 and all(ex.cluster == "refund" for ex in cand.harness.memory)
+    with pytest.raises(LeverUnavailable):
+        MemoryEvolver().propose(context(sqlite_store), Proposal(Lever.memory, "r", "", target={"clusters": ["x"]}))
+
+
+def test_skill_is_distilled_from_verifier_feedback_and_successful_tool_sequences(sqlite_store) -> None:
+    record(sqlite_store)
+    proposal = Proposal(Lever.skill, "r", "", target={"clusters": ["refund"]})
+    cand = SkillEvolver().propose(context(sqlite_store), proposal)
+    skill = next(s for s in cand.harness.skills if s.name == "handle_refund")
+    assert skill.applies_to == ["refund"]
+    assert "lookup_order(order_id)" in skill.instructions  # what successful runs did
+    assert "Pick the tool that matches the request" in skill.instructions  # the wrong_tool hint
+    assert "wrong_tool here" in skill.instructions  # the verifier's own reason
+    assert "distilled" in cand.note
+
+
+def test_unreachable_evolver_model_falls_back_to_distillation(sqlite_store) -> None:
+    record(sqlite_store)
+    model = EvolverModel(base_url="http://127.0.0.1:9/v1", model="big", timeout_s=0.5)
+    cand = PromptEvolver(model).propose(context(sqlite_store), Proposal(Lever.prompt, "r", ""))
+    assert "Rules learned from experience:" in cand.harness.system_prompt and "distilled" in cand.note
+    again = PromptEvolver().propose(
+        EvolveContext(AGENT, sqlite_store, cand.harness, "x", context(sqlite_store).runs,
+                      context(sqlite_store).stats),
+        Proposal(Lever.prompt, "r", ""),
+    )
+    assert again.harness.system_prompt.count("Rules learned from experience:") == 1
+
+
+def test_tool_description_targets_the_argument_error(sqlite_store) -> None:
+    record(sqlite_store, tool_error="InvalidArguments")
+    proposal = Proposal(Lever.tool, "r", "", target={"tool": "lookup_order"},
+                        evidence={"errors": {"missing argument order_id": 4}})
+    cand = ToolDescriptionEvolver().propose(context(sqlite_store), proposal)
+    desc = cand.harness.tool("lookup_order").description
+    assert "order_id (string, required)" in desc
+    assert '"order_id": "A-1"' in desc  # an example from a successful call
+    assert "missing argument order_id" in desc
+
+
+def test_weights_lever_says_plainly_when_no_trainer(sqlite_store, monkeypatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "evolvable.trainer", None)  # as if the trainer were not installed
+    with pytest.raises(LeverUnavailable, match=UNAVAILABLE):
+        WeightsEvolver().propose(context(sqlite_store), Proposal(Lever.weights, "r", ""))

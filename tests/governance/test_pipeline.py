@@ -1,0 +1,141 @@
+"""The Governor: capture policy per tenant and agent, redaction, fail-closed markers, token-id hygiene."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from evolvable.governance.audit import AuditAction, AuditLog
+from evolvable.governance.capture import REDACTION_FAILED
+from evolvable.governance.pipeline import Governor
+from evolvable.governance.tenants import TenantDirectory
+from evolvable.protocol.models import CaptureMode, Event, StepAppended, events_for
+from evolvable.proxy.hooks import Governor as GovernorSeam
+from evolvable.store import Store
+
+from .builders import make_trajectory
+
+SECRET = "sk-proj-THISISASECRETKEY0123456789"
+
+
+class ReplacingRedactor:
+    """Stands in for the regex engine: replaces one known secret, so the stages around it are tested alone."""
+
+    def redact_events(self, events: list[Event]) -> list[Event]:
+        out = []
+        for e in events:
+            raw = e.model_dump_json().replace(SECRET, "<SECRET_1>")
+            out.append(type(e).model_validate_json(raw))
+        return out
+
+
+class ExplodingRedactor:
+    def redact_events(self, events: list[Event]) -> list[Event]:
+        raise RuntimeError(f"recognizer crashed on {SECRET}")
+
+
+def _governor(store: Store, redactor: Any, **tenants: dict[str, Any]) -> Governor:
+    directory = TenantDirectory(store.engine, cache_ttl_s=0)
+    for tenant_id, policy in tenants.items():
+        directory.create_tenant(tenant_id, **policy)
+    return Governor(store, directory=directory, redactor=redactor)
+
+
+def test_full_capture_redacts_and_drops_token_ids_of_changed_calls(store: Store) -> None:
+    governor = _governor(store, ReplacingRedactor(), acme={})
+    assert isinstance(governor, GovernorSeam)
+    t = make_trajectory(question=f"my key is {SECRET}")
+    store.apply_events(governor.govern(events_for(t)))
+    stored = store.get_trajectory(t.id)
+    assert SECRET not in stored.model_dump_json()
+    assert stored.capture == CaptureMode.full
+    first, _tool, second = stored.steps
+    assert "<SECRET_1>" in first.request_messages[1].content
+    # Both calls saw the secret in their prompt: their token ids would spell it out.
+    assert first.prompt_token_ids is None and first.metadata["token_ids_dropped"] == "redaction"
+    assert second.prompt_token_ids is None
+    assert stored.outcome() == 1.0
+
+
+def test_unchanged_calls_keep_token_ids(store: Store) -> None:
+    governor = _governor(store, ReplacingRedactor(), acme={})
+    t = make_trajectory()
+    store.apply_events(governor.govern(events_for(t)))
+    stored = store.get_trajectory(t.id)
+    assert all(c.has_token_ids for c in stored.llm_calls())
+
+
+def test_metadata_capture_keeps_structure_only(store: Store) -> None:
+    governor = _governor(store, ReplacingRedactor(), acme={"capture": "metadata"})
+    t = make_trajectory(question="call me at +1 415 555 0100")
+    store.apply_events(governor.govern(events_for(t)))
+    stored = store.get_trajectory(t.id)
+    dumped = stored.model_dump_json()
+    assert "555 0100" not in dumped and "ships tomorrow" not in dumped and "shipped" not in dumped
+    assert stored.capture == CaptureMode.metadata
+    assert stored.task_input is None
+    first, tool, _second = stored.steps
+    assert [m.role for m in first.request_messages] == ["system", "user"]
+    assert first.request_messages[1].content is None
+    assert first.choices[0].message.tool_calls[0].function.name == "lookup_order"
+    assert first.choices[0].message.tool_calls[0].function.arguments == ""
+    assert first.prompt_token_ids is None and first.choices[0].completion_token_ids is None
+    assert first.usage is not None and first.usage.total_tokens == 7 and first.latency_ms == 12.0
+    assert tool.tool_name == "lookup_order" and tool.arguments is None and tool.result is None
+    assert stored.metadata == {"intent": "order_status"}
+    assert stored.outcome() == 1.0 and stored.status == t.status
+
+
+def test_off_capture_drops_everything_and_agent_overrides_apply(store: Store) -> None:
+    governor = _governor(
+        store, ReplacingRedactor(), acme={"agent_capture": {"hr-bot": "off"}}, quiet={"capture": "off"}
+    )
+    hr = make_trajectory(agent="hr-bot")
+    support = make_trajectory(agent="support")
+    silent = make_trajectory(tenant_id="quiet")
+    events = [*events_for(hr), *events_for(support), *events_for(silent)]
+    governed = governor.govern(events)
+    assert {e.trajectory_id for e in governed} == {support.id}
+    store.apply_events(governed)
+    assert store.get_trajectory(support.id).steps
+
+    # A later batch without the start event: the agent is looked up in the store (or the cache).
+    late = [e for e in events_for(hr) if isinstance(e, StepAppended)]
+    assert governor.govern(late) == []
+    fresh = Governor(store, directory=governor.directory, redactor=ReplacingRedactor())
+    late_support = [e for e in events_for(support) if isinstance(e, StepAppended)]
+    assert len(fresh.govern(late_support)) == len(late_support)
+    # Unknown agent and no start event anywhere: the strictest of the tenant's policies (off) applies.
+    orphan = [e for e in events_for(make_trajectory(agent="support")) if isinstance(e, StepAppended)]
+    assert fresh.govern(orphan) == []
+
+
+def test_failing_redactor_fails_closed_and_is_audited(store: Store) -> None:
+    governor = _governor(store, ExplodingRedactor(), acme={})
+    t = make_trajectory(question=f"key {SECRET}", tool_args={"token": SECRET}, answer=f"your key {SECRET}")
+    store.apply_events(governor.govern(events_for(t)))
+    stored = store.get_trajectory(t.id)
+    dumped = stored.model_dump_json()
+    assert SECRET not in dumped and "4411" not in dumped
+    assert REDACTION_FAILED in dumped
+    first, tool, second = stored.steps
+    assert first.request_messages[1].content == REDACTION_FAILED
+    assert tool.arguments == {"token": REDACTION_FAILED}
+    assert second.choices[0].message.content == REDACTION_FAILED
+    assert first.prompt_token_ids is None
+    assert stored.task_input == {"ticket": REDACTION_FAILED}
+    assert stored.outcome() == 1.0  # signals' values survive
+    failures = AuditLog(store.engine).query(action=AuditAction.redaction_failed)
+    assert len(failures) == 1 and failures[0].target == f"trajectory:{t.id}"
+    assert SECRET not in str(failures[0].details)
+
+
+def test_redactor_that_loses_events_fails_closed(store: Store) -> None:
+    class Lossy:
+        def redact_events(self, events: list[Event]) -> list[Event]:
+            return events[:-1]
+
+    governor = _governor(store, Lossy(), acme={})
+    t = make_trajectory(question=f"key {SECRET}")
+    governed = governor.govern(events_for(t))
+    assert len(governed) == len(events_for(t))
+    assert SECRET not in "".join(e.model_dump_json() for e in governed)

@@ -1,0 +1,173 @@
+"""EventRedactor: what gets redacted in ATDP events, token-id hygiene, consistency across batches, fail-closed."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+from evolvable.governance.redaction import FAILED_MARKER, EventRedactor, Finding, RedactionEngine, default_recognizers
+from evolvable.protocol.models import (
+    ChatMessage,
+    CompletionChoice,
+    FunctionCall,
+    LLMCallStep,
+    MessageStep,
+    Signal,
+    SignalAttached,
+    SignalKind,
+    StepAppended,
+    ToolCall,
+    ToolCallStep,
+    Trajectory,
+    TrajectoryEnded,
+    TrajectoryHeader,
+    TrajectoryStarted,
+    TrajectoryStatus,
+    events_for,
+)
+from evolvable.store import Store
+
+EMAIL, CARD, KEY = (
+    "bob.smith@example.com",
+    "4111 1111 1111 1111",
+    "sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z_Ab3dEf6hIj9",
+)
+
+
+def _llm_step(user_text: str, *, with_ids: bool = True) -> LLMCallStep:
+    call = ToolCall(id="call_1", function=FunctionCall(name="lookup", arguments=json.dumps({"email": EMAIL, "n": 3})))
+    return LLMCallStep(
+        model="smollm2-135m",
+        request_messages=[
+            ChatMessage(role="system", content="You are a support agent."),
+            ChatMessage(role="user", content=[{"type": "text", "text": user_text}]),
+        ],
+        choices=[
+            CompletionChoice(
+                message=ChatMessage(role="assistant", content="Looking up.", tool_calls=[call]),
+                completion_token_ids=[1, 2, 3] if with_ids else None,
+                logprobs=[-0.1, -0.2, -0.3] if with_ids else None,
+            )
+        ],
+        prompt_token_ids=[5, 6, 7] if with_ids else None,
+        policy_version="p1",
+    )
+
+
+def test_step_contents_are_redacted_and_structure_is_kept() -> None:
+    tid = "traj_a"
+    step = _llm_step(f"my card is {CARD}, mail {EMAIL}")
+    tool = ToolCallStep(
+        tool_name="charge",
+        tool_call_id="call_1",
+        arguments={"card": CARD, "amount": "$12.00"},
+        result=json.dumps({"ok": True, "receipt_to": EMAIL}),
+        error_message=f"retry with key {KEY}",
+        metadata={"note": f"from {EMAIL}", "count": 3},
+    )
+    events = [
+        TrajectoryStarted(
+            trajectory_id=tid, header=TrajectoryHeader(id=tid, end_user="user-42", task_input={"q": EMAIL})
+        ),
+        StepAppended(trajectory_id=tid, step=step),
+        StepAppended(trajectory_id=tid, step=tool),
+        SignalAttached(
+            trajectory_id=tid, signal=Signal(kind=SignalKind.user_feedback, value=1.0, label=f"thanks {EMAIL}")
+        ),
+        TrajectoryEnded(trajectory_id=tid, status=TrajectoryStatus.completed, metadata={"by": EMAIL}),
+    ]
+    out = EventRedactor(RedactionEngine()).redact_events(events)
+    dumped = json.dumps([e.model_dump(mode="json") for e in out])
+    assert EMAIL not in dumped and CARD not in dumped and KEY not in dumped
+    start, llm, tool_out, signal, end = out
+    assert start.header.task_input == {"q": "<EMAIL_1>"} and start.header.end_user == "user-42"
+    user = llm.step.request_messages[1].content
+    assert user == [{"type": "text", "text": "my card is <CREDIT_CARD_1>, mail <EMAIL_1>"}]
+    arguments = json.loads(llm.step.choices[0].message.tool_calls[0].function.arguments)
+    assert arguments == {"email": "<EMAIL_1>", "n": 3}
+    assert llm.step.prompt_token_ids is None and llm.step.choices[0].completion_token_ids is None
+    assert llm.step.choices[0].logprobs is None and llm.step.metadata["token_ids_dropped"] == "redaction"
+    assert llm.step.id == step.id and llm.step.model == "smollm2-135m" and llm.event_id == events[1].event_id
+    assert tool_out.step.arguments == {"card": "<CREDIT_CARD_1>", "amount": "$12.00"}
+    assert json.loads(tool_out.step.result) == {"ok": True, "receipt_to": "<EMAIL_1>"}
+    assert tool_out.step.error_message == "retry with key <OPENAI_KEY_1>" and tool_out.step.metadata["count"] == 3
+    assert signal.signal.label == "thanks <EMAIL_1>" and end.metadata == {"by": "<EMAIL_1>"}
+
+
+def test_token_ids_are_kept_when_nothing_was_redacted() -> None:
+    step = _llm_step("where is order ORD-2026-1?")
+    step.choices[0].message.tool_calls[0].function.arguments = json.dumps({"order": "ORD-2026-1"})
+    (out,) = EventRedactor(RedactionEngine()).redact_events([StepAppended(trajectory_id="t", step=step)])
+    assert out.step.prompt_token_ids == [5, 6, 7] and out.step.choices[0].logprobs == [-0.1, -0.2, -0.3]
+    assert "token_ids_dropped" not in out.step.metadata
+
+
+def test_placeholders_stay_consistent_across_batches_and_separate_across_trajectories() -> None:
+    redactor = EventRedactor(RedactionEngine(), max_trajectories=2)
+
+    def message(tid: str, text: str) -> StepAppended:
+        return StepAppended(trajectory_id=tid, step=MessageStep(content=text))
+
+    (a1,) = redactor.redact_events([message("t1", f"a {EMAIL} b amy@example.com")])
+    (b1,) = redactor.redact_events([message("t2", "only amy@example.com")])
+    (a2,) = redactor.redact_events([message("t1", f"again amy@example.com then {EMAIL}")])
+    assert a1.step.content == "a <EMAIL_1> b <EMAIL_2>" and a2.step.content == "again <EMAIL_2> then <EMAIL_1>"
+    assert b1.step.content == "only <EMAIL_1>"
+    redactor.redact_events([message("t3", "x"), message("t4", "y")])  # evicts t1 and t2 from the bounded LRU
+    (a3,) = redactor.redact_events([message("t1", "amy@example.com")])
+    assert a3.step.content == "<EMAIL_1>"
+
+
+class Exploding:
+    kind = "EXPLODING"
+
+    def find(self, text: str, lowered: str) -> Iterable[Finding]:
+        if "boom" in text:
+            raise RuntimeError("recognizer crashed")
+        return ()
+
+
+def test_a_failing_recognizer_leaves_markers_and_calls_the_hook() -> None:
+    failures: list[str] = []
+    engine = RedactionEngine([*default_recognizers(), Exploding()], on_failure=lambda kind, err: failures.append(kind))
+    tool = ToolCallStep(tool_name="search", arguments={"q": f"boom {EMAIL}"}, result="fine text")
+    (out,) = EventRedactor(engine).redact_events([StepAppended(trajectory_id="t", step=tool)])
+    assert out.step.arguments == {"q": FAILED_MARKER} and out.step.result == "fine text"
+    assert failures == ["EXPLODING"]
+
+
+def test_an_unexpected_error_scrubs_the_whole_event() -> None:
+    class BrokenEngine(RedactionEngine):
+        def redact_value(self, value, placeholders=None, key=None):  # type: ignore[no-untyped-def]
+            raise RuntimeError("walker bug")
+
+    failures: list[str] = []
+    engine = BrokenEngine(on_failure=lambda kind, err: failures.append(kind))
+    step = ToolCallStep(tool_name="search", arguments={"q": EMAIL}, result=[EMAIL, 3], metadata={"m": EMAIL})
+    (out,) = EventRedactor(engine).redact_events([StepAppended(trajectory_id="t", step=step)])
+    assert EMAIL not in out.model_dump_json()
+    assert out.step.tool_name == "search" and out.step.result == [FAILED_MARKER, 3]
+    assert failures == ["event"]
+
+
+def test_redacted_events_round_trip_through_the_real_store(db_url: str) -> None:
+    trajectory = Trajectory(
+        agent="support",
+        status=TrajectoryStatus.completed,
+        steps=[_llm_step(f"card {CARD}"), ToolCallStep(tool_name="t", arguments=json.dumps({"key": KEY}))],
+    )
+    store = Store.open(db_url)
+    try:
+        store.apply_events(EventRedactor(RedactionEngine()).redact_events(events_for(trajectory)))
+        stored = store.get_trajectory(trajectory.id)
+    finally:
+        store.close()
+    text = stored.model_dump_json()
+    assert CARD not in text and KEY not in text and "<CREDIT_CARD_1>" in text
+    assert json.loads(stored.steps[1].arguments) == {"key": "<OPENAI_KEY_1>"}
+
+
+def test_redact_trajectory_uses_one_map() -> None:
+    trajectory = Trajectory(steps=[MessageStep(content=EMAIL), MessageStep(content=f"re: {EMAIL}")])
+    out = EventRedactor(RedactionEngine()).redact_trajectory(trajectory)
+    assert [s.content for s in out.steps] == ["<EMAIL_1>", "re: <EMAIL_1>"]
