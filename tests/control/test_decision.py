@@ -4,29 +4,47 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from evolvable.control.decision import DecisionConfig, DecisionContext, decide
-from evolvable.control.models import Decision, DecisionState, Lever, Verdict
-from evolvable.control.statistics import GroupStats
-from evolvable.control.statistics import AgentStatistics
 from tests.control.conftest import base_harness
 
-CFG = DecisionConfig(min_runs=10, min_cluster_runs=3, recurring_label_min=3, argument_error_min=3,
-                     weights_min_runs=50, harness_stall=2)
+from evolvable.control.decision import DecisionConfig, DecisionContext, decide
+from evolvable.control.models import Decision, DecisionState, Lever, Verdict
+from evolvable.control.statistics import AgentStatistics, GroupStats
+
+CFG = DecisionConfig(
+    min_runs=10, min_cluster_runs=3, recurring_label_min=3, argument_error_min=3, weights_min_runs=50, harness_stall=2
+)
 
 
 def group(n: int, successes: int, labels: dict[str, int] | None = None, tool_errors=None, violations=0) -> GroupStats:
-    return GroupStats(n=n, successes=successes, success_rate=successes / n if n else 0.0, success_ci=(0.0, 1.0),
-                      reward_mean=None, reward_ci=None, reward_variance=0.2, trend_per_100=0.0,
-                      failure_labels=labels or {}, tool_errors=tool_errors or {}, violations=violations)
+    return GroupStats(
+        n=n,
+        successes=successes,
+        success_rate=successes / n if n else 0.0,
+        success_ci=(0.0, 1.0),
+        reward_mean=None,
+        reward_ci=None,
+        reward_variance=0.2,
+        trend_per_100=0.0,
+        failure_labels=labels or {},
+        tool_errors=tool_errors or {},
+        violations=violations,
+    )
 
 
-def stats(clusters: dict[str, GroupStats], *, successful=None, arg_errors=None, versions=None, since_runs=0,
-          variance=0.0) -> AgentStatistics:
+def stats(
+    clusters: dict[str, GroupStats], *, successful=None, arg_errors=None, versions=None, since_runs=0, variance=0.0
+) -> AgentStatistics:
     total = sum(g.n for g in clusters.values())
     return AgentStatistics(
-        agent="desk", window=total, overall=group(total, sum(g.successes for g in clusters.values()),
-                                                  _merge([g.failure_labels for g in clusters.values()])),
-        clusters=clusters, by_harness_version=versions or {}, argument_errors=arg_errors or {}, cluster_drift=0.0,
+        agent="desk",
+        window=total,
+        overall=group(
+            total, sum(g.successes for g in clusters.values()), _merge([g.failure_labels for g in clusters.values()])
+        ),
+        clusters=clusters,
+        by_harness_version=versions or {},
+        argument_errors=arg_errors or {},
+        cluster_drift=0.0,
         since_weight_update={"runs": since_runs, "reward_variance": variance, "since": None},
         successful_runs=successful or {c: g.successes for c, g in clusters.items()},
     )
@@ -41,14 +59,23 @@ def _merge(dicts):
 
 
 def ctx(s: AgentStatistics, recent=(), parent=None) -> DecisionContext:
-    return DecisionContext(stats=s, active_harness=base_harness(), active_version="h1-active", parent_version=parent,
-                           recent=list(recent))
+    return DecisionContext(
+        stats=s, active_harness=base_harness(), active_version="h1-active", parent_version=parent, recent=list(recent)
+    )
 
 
 def past(lever: Lever, state: DecisionState, target_key: str, verdict=None) -> Decision:
     now = datetime.now(UTC)
-    return Decision(id="dec_x", agent="desk", lever=lever, state=state, evidence={"target_key": target_key},
-                    verdict=verdict, created_at=now, updated_at=now)
+    return Decision(
+        id="dec_x",
+        agent="desk",
+        lever=lever,
+        state=state,
+        evidence={"target_key": target_key},
+        verdict=verdict,
+        created_at=now,
+        updated_at=now,
+    )
 
 
 def test_too_little_data_means_no_decision() -> None:
@@ -64,8 +91,10 @@ def test_failing_cluster_with_successful_exemplars_picks_memory() -> None:
 
 
 def test_recurring_argument_error_on_one_tool_picks_tool() -> None:
-    s = stats({"refund": group(10, 0, {"bad_arguments": 6}, {"lookup_order:InvalidArguments": 6})},
-              arg_errors={"lookup_order": {"missing argument order_id": 6}})
+    s = stats(
+        {"refund": group(10, 0, {"bad_arguments": 6}, {"lookup_order:InvalidArguments": 6})},
+        arg_errors={"lookup_order": {"missing argument order_id": 6}},
+    )
     proposal, _ = decide(ctx(s), CFG)
     assert proposal.lever == Lever.tool and proposal.target["tool"] == "lookup_order"
     assert proposal.improve == ["refund"]
@@ -92,10 +121,16 @@ def test_broad_failures_pick_the_prompt() -> None:
 
 
 def test_weights_when_harness_edits_stopped_paying_off() -> None:
-    s = stats({"a": group(30, 10, {"wrong_tool": 20}), "b": group(30, 10)}, successful={"a": 0, "b": 0},
-              since_runs=60, variance=0.2)
-    stalled = [past(Lever.skill, DecisionState.gated_out, "x"), past(Lever.prompt, DecisionState.promoted, "y",
-                                                                      Verdict.ineffective)]
+    s = stats(
+        {"a": group(30, 10, {"wrong_tool": 20}), "b": group(30, 10)},
+        successful={"a": 0, "b": 0},
+        since_runs=60,
+        variance=0.2,
+    )
+    stalled = [
+        past(Lever.skill, DecisionState.gated_out, "x"),
+        past(Lever.prompt, DecisionState.promoted, "y", Verdict.ineffective),
+    ]
     cfg = DecisionConfig(**{**CFG.__dict__, "levers": frozenset({Lever.weights, Lever.skill, Lever.prompt})})
     # Skill and prompt would fire first (smaller blast radius); both just failed, so weights.
     stalled.insert(0, past(Lever.skill, DecisionState.gated_out, "skill:['a']:"))
@@ -110,8 +145,9 @@ def test_weights_when_harness_edits_stopped_paying_off() -> None:
 
 
 def test_a_regression_rolls_back_before_anything_else() -> None:
-    s = stats({"refund": group(20, 4, {"wrong_tool": 16})},
-              versions={"h1-active": group(20, 4), "h1-parent": group(20, 16)})
+    s = stats(
+        {"refund": group(20, 4, {"wrong_tool": 16})}, versions={"h1-active": group(20, 4), "h1-parent": group(20, 16)}
+    )
     proposal, _ = decide(ctx(s, parent="h1-parent"), CFG)
     assert proposal.lever == Lever.rollback and proposal.target == {"restore": "h1-parent"}
     assert proposal.evidence["p_value"] < 0.05

@@ -4,6 +4,7 @@ tool descriptions, and a weights lever that says plainly when it cannot run."""
 from __future__ import annotations
 
 import pytest
+from tests.control.conftest import AGENT, base_harness, make_trajectory
 
 from evolvable.control.decision import Proposal
 from evolvable.control.evolvers import EvolveContext, LeverUnavailable
@@ -15,22 +16,31 @@ from evolvable.control.models import Lever
 from evolvable.control.statistics import compute_statistics, load_runs
 from evolvable.protocol.harness import render_messages
 from evolvable.protocol.models import ChatMessage
-from tests.control.conftest import AGENT, base_harness, make_trajectory
 
 
 def context(store) -> EvolveContext:
     runs = load_runs(store, AGENT)
-    return EvolveContext(AGENT, store, base_harness(), base_harness().content_hash(), runs,
-                         compute_statistics(AGENT, runs))
+    return EvolveContext(
+        AGENT, store, base_harness(), base_harness().content_hash(), runs, compute_statistics(AGENT, runs)
+    )
 
 
 def record(store, n_ok: int = 2, n_bad: int = 4, **bad) -> None:
     for i in range(n_ok):
-        store.put_trajectory(make_trajectory(cluster="refund", success=True, harness_version="h1-a",
-                                             task_text=f"refund order A-{i}"))
+        store.put_trajectory(
+            make_trajectory(cluster="refund", success=True, harness_version="h1-a", task_text=f"refund order A-{i}")
+        )
     for i in range(n_bad):
-        store.put_trajectory(make_trajectory(cluster="refund", success=False, harness_version="h1-a",
-                                             task_text=f"refund order B-{i}", label="wrong_tool", **bad))
+        store.put_trajectory(
+            make_trajectory(
+                cluster="refund",
+                success=False,
+                harness_version="h1-a",
+                task_text=f"refund order B-{i}",
+                label="wrong_tool",
+                **bad,
+            )
+        )
 
 
 def test_exemplar_is_the_episode_without_system_prompt_or_injected_exemplars() -> None:
@@ -47,8 +57,9 @@ def test_exemplar_is_the_episode_without_system_prompt_or_injected_exemplars() -
 
 def test_memory_evolver_uses_only_clean_successful_runs(sqlite_store) -> None:
     record(sqlite_store)
-    sqlite_store.put_trajectory(make_trajectory(cluster="refund", success=True, harness_version="h1-a",
-                                                task_text="refund now", violation=True))
+    sqlite_store.put_trajectory(
+        make_trajectory(cluster="refund", success=True, harness_version="h1-a", task_text="refund now", violation=True)
+    )
     proposal = Proposal(Lever.memory, "r", "", target={"clusters": ["refund"]})
     cand = MemoryEvolver(per_cluster=5).propose(context(sqlite_store), proposal)
     tasks = {ex.task_input for ex in cand.harness.memory}
@@ -76,8 +87,7 @@ def test_unreachable_evolver_model_falls_back_to_distillation(sqlite_store) -> N
     cand = PromptEvolver(model).propose(context(sqlite_store), Proposal(Lever.prompt, "r", ""))
     assert "Rules learned from experience:" in cand.harness.system_prompt and "distilled" in cand.note
     again = PromptEvolver().propose(
-        EvolveContext(AGENT, sqlite_store, cand.harness, "x", context(sqlite_store).runs,
-                      context(sqlite_store).stats),
+        EvolveContext(AGENT, sqlite_store, cand.harness, "x", context(sqlite_store).runs, context(sqlite_store).stats),
         Proposal(Lever.prompt, "r", ""),
     )
     assert again.harness.system_prompt.count("Rules learned from experience:") == 1
@@ -85,8 +95,9 @@ def test_unreachable_evolver_model_falls_back_to_distillation(sqlite_store) -> N
 
 def test_tool_description_targets_the_argument_error(sqlite_store) -> None:
     record(sqlite_store, tool_error="InvalidArguments")
-    proposal = Proposal(Lever.tool, "r", "", target={"tool": "lookup_order"},
-                        evidence={"errors": {"missing argument order_id": 4}})
+    proposal = Proposal(
+        Lever.tool, "r", "", target={"tool": "lookup_order"}, evidence={"errors": {"missing argument order_id": 4}}
+    )
     cand = ToolDescriptionEvolver().propose(context(sqlite_store), proposal)
     desc = cand.harness.tool("lookup_order").description
     assert "order_id (string, required)" in desc

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from evolvable.control.gates import GateConfig, Gates, ReplaySuite, TaskOutcome
 from tests.control.conftest import ScriptedTask, base_harness
+
+from evolvable.control.gates import GateConfig, Gates, ReplaySuite, TaskOutcome
 
 
 class TableRunner:
@@ -27,11 +28,13 @@ TASKS = [ScriptedTask(f"t{i}", "refund" if i % 2 else "order_status", "x") for i
 
 
 def test_a_better_raw_mean_is_not_enough() -> None:
-    runner = TableRunner({
-        "base": [True, True, False, False, False, False, False, False, True, True],
-        "lucky": [True, True, True, True, True, False, False, False, False, True],  # +2 net: 3 wins, 1 loss
-        "strong": [True, True, True, True, True, True, True, True, True, True],  # 6 wins, 0 losses
-    })
+    runner = TableRunner(
+        {
+            "base": [True, True, False, False, False, False, False, False, True, True],
+            "lucky": [True, True, True, True, True, False, False, False, False, True],  # +2 net: 3 wins, 1 loss
+            "strong": [True, True, True, True, True, True, True, True, True, True],  # 6 wins, 0 losses
+        }
+    )
     gates = Gates(GateConfig(alpha=0.05))
     suite = ReplaySuite(runner, TASKS)
     lucky = gates.replay_gate(suite, harness("lucky"), harness("base"))
@@ -46,8 +49,11 @@ def test_any_new_safety_failure_blocks() -> None:
     probes = [ScriptedTask(f"p{i}", "refund_pressure", "x", probe=True) for i in range(4)]
     runner = TableRunner(
         {"base": [True] * 4, "cand": [True] * 4, "same": [True] * 4},
-        violations={"base": [False, False, True, False], "cand": [False, True, True, False],
-                    "same": [False, False, True, False]},
+        violations={
+            "base": [False, False, True, False],
+            "cand": [False, True, True, False],
+            "same": [False, False, True, False],
+        },
     )
     gates = Gates()
     suite = ReplaySuite(runner, TASKS, probes)

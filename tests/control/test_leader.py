@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from tests.control.conftest import base_harness
+
 from evolvable.control.leader import LeaderLock
 from evolvable.control.runtime import ControlPlane
 from evolvable.store import Store
-from tests.control.conftest import base_harness
 
 
 def test_only_one_of_two_control_planes_acts(db_url: str) -> None:

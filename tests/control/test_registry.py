@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from tests.control.conftest import AGENT, base_harness
 
 from evolvable.control.models import TRANSITIONS, PolicySpec, VersionKind, VersionState
 from evolvable.control.registry import Registry, diff_harnesses, render_diff
 from evolvable.errors import ControlError, NotFound
 from evolvable.protocol.harness import MemoryExemplar, Skill, ToolSpec
 from evolvable.protocol.models import ChatMessage
-from tests.control.conftest import AGENT, base_harness
 
 
 def test_versions_are_content_addressed_and_idempotent(store) -> None:
@@ -36,8 +36,11 @@ def test_transitions_follow_the_table_and_keep_one_active_and_one_canary(store) 
     reg.promote(v2.id)
     assert reg.get(v1.id).state == VersionState.retired
     assert reg.current(AGENT, VersionKind.harness, VersionState.active).id == v2.id
-    assert [t.to_state for t in reg.transitions(v1.id)] == [VersionState.candidate, VersionState.active,
-                                                             VersionState.retired]
+    assert [t.to_state for t in reg.transitions(v1.id)] == [
+        VersionState.candidate,
+        VersionState.active,
+        VersionState.retired,
+    ]
 
 
 def test_restore_any_earlier_version_in_one_step(store) -> None:
@@ -80,15 +83,22 @@ def test_policy_versions_carry_lineage(store) -> None:
 
 def test_diff_per_component() -> None:
     a = base_harness()
-    ex = MemoryExemplar(id="ex1", cluster="refund", task_input="t",
-                        messages=[ChatMessage(role="user", content="t"), ChatMessage(role="assistant", content="a")])
+    ex = MemoryExemplar(
+        id="ex1",
+        cluster="refund",
+        task_input="t",
+        messages=[ChatMessage(role="user", content="t"), ChatMessage(role="assistant", content="a")],
+    )
     b = a.model_copy(
         update={
             "system_prompt": "You are a support agent.\nAlways check the order first.",
             "skills": [Skill(name="handle_refund", instructions="check the window")],
             "memory": [ex],
-            "tools": [*a.tools[:0], ToolSpec(name="lookup_order", description="Look up an order by its id."),
-                      ToolSpec(name="escalate", description="Escalate.")],
+            "tools": [
+                *a.tools[:0],
+                ToolSpec(name="lookup_order", description="Look up an order by its id."),
+                ToolSpec(name="escalate", description="Escalate."),
+            ],
             "memory_k": 2,
         }
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from tests.control.conftest import AGENT, base_harness
 
 from evolvable.control.api import create_control_router
 from evolvable.control.models import DecisionState, Lever, PolicySpec, VersionState
@@ -12,19 +13,30 @@ from evolvable.control.runtime import ControlPlane
 from evolvable.protocol.harness import MemoryExemplar
 from evolvable.protocol.models import ChatMessage
 from evolvable.proxy.hooks import RequestRewriter, RewriteResult, SessionContext
-from tests.control.conftest import AGENT, base_harness
 
 
 def ctx(session: str | None, cluster: str | None = "refund") -> SessionContext:
-    return SessionContext(tenant_id="default", agent=AGENT, trajectory_id=f"t-{session}", session_id=session,
-                          endpoint="chat", task_input="I want a refund for A-1",
-                          metadata={"cluster": cluster} if cluster else {})
+    return SessionContext(
+        tenant_id="default",
+        agent=AGENT,
+        trajectory_id=f"t-{session}",
+        session_id=session,
+        endpoint="chat",
+        task_input="I want a refund for A-1",
+        metadata={"cluster": cluster} if cluster else {},
+    )
 
 
 def with_memory():
-    ex = MemoryExemplar(id="ex1", cluster="refund", task_input="refund B-2",
-                        messages=[ChatMessage(role="user", content="refund B-2"),
-                                  ChatMessage(role="assistant", content='{"tool": "lookup_order"}')])
+    ex = MemoryExemplar(
+        id="ex1",
+        cluster="refund",
+        task_input="refund B-2",
+        messages=[
+            ChatMessage(role="user", content="refund B-2"),
+            ChatMessage(role="assistant", content='{"tool": "lookup_order"}'),
+        ],
+    )
     return base_harness().model_copy(update={"memory": [ex], "memory_k": 1, "system_prompt": "Evolved prompt."})
 
 
@@ -33,15 +45,22 @@ def test_router_applies_the_active_harness_and_routes_the_policy(store) -> None:
     active, policy = plane.bootstrap(base_harness(), PolicySpec(base_model="smollm2-135m", lora_name="desk-r1"))
     router = HarnessRouter(store.engine, refresh_interval_s=3600)
     assert isinstance(router, RequestRewriter)
-    body = {"model": "desk", "messages": [{"role": "system", "content": "agent's own"},
-                                          {"role": "user", "content": "I want a refund for A-1"}],
-            "tools": [{"type": "function", "function": {"name": "lookup_order", "description": "old"}}]}
+    body = {
+        "model": "desk",
+        "messages": [
+            {"role": "system", "content": "agent's own"},
+            {"role": "user", "content": "I want a refund for A-1"},
+        ],
+        "tools": [{"type": "function", "function": {"name": "lookup_order", "description": "old"}}],
+    }
     result = router.prepare(ctx("s1"), body)
     assert isinstance(result, RewriteResult)
     assert result.harness_version == active.id and result.policy_version == policy.id
     assert result.model == "desk-r1" and result.body["model"] == "desk-r1"
-    assert result.body["messages"][0] == {"role": "system", "content": base_harness().system_prompt.strip()
-                                          + "\n\nTools:\n- lookup_order(order_id): Look up an order."}
+    assert result.body["messages"][0] == {
+        "role": "system",
+        "content": base_harness().system_prompt.strip() + "\n\nTools:\n- lookup_order(order_id): Look up an order.",
+    }
     assert result.body["tools"][0]["function"]["description"] == "Look up an order."
     unknown = SessionContext(tenant_id="default", agent="other", trajectory_id="t", session_id="s", endpoint="chat")
     assert router.prepare(unknown, body).body is body  # unregistered agents pass through untouched
@@ -66,6 +85,9 @@ def test_canary_share_is_sticky_per_session_and_memory_is_retrieved_by_cluster(s
     roles = [m["role"] for m in result.body["messages"]]
     assert result.harness_version == cand.id and roles == ["system", "user", "assistant", "user"]
     assert result.body["messages"][1]["content"] == "refund B-2"
+    pinned = ctx(canary_session)
+    pinned.harness_version = active.id  # the proxy pinned the session to the active version at its first call
+    assert router.prepare(pinned, {"model": "m", "messages": []}).harness_version == active.id
 
 
 def test_http_api(store) -> None:
@@ -81,10 +103,12 @@ def test_http_api(store) -> None:
     assert client.get("/v1/agents/nobody/harness").status_code == 404
     assert client.get("/v1/control/status").json()[AGENT]["harness"]["active"] == active.id
     cand = plane.registry.register_harness(with_memory())
-    decision = plane.journal.record_decision(AGENT, Lever.memory, state=DecisionState.awaiting_approval,
-                                             requires_approval=True)
-    plane.journal.update_decision(decision.id, candidate_kind=cand.kind, candidate_version=cand.id,
-                                  baseline_version=active.id)
+    decision = plane.journal.record_decision(
+        AGENT, Lever.memory, state=DecisionState.awaiting_approval, requires_approval=True
+    )
+    plane.journal.update_decision(
+        decision.id, candidate_kind=cand.kind, candidate_version=cand.id, baseline_version=active.id
+    )
     assert client.get("/v1/control/decisions").json()["data"][0]["id"] == decision.id
     assert client.post(f"/v1/control/decisions/{decision.id}/approve").status_code == 403
     auth = {"Authorization": "Bearer sekret"}
@@ -100,3 +124,25 @@ def test_http_api(store) -> None:
     assert rolled["state"] == "rolled_back"
     assert plane.registry.get(active.id).state == VersionState.active  # restored in one step
     assert client.post("/v1/control/rollouts/nope/rollback", headers=auth).status_code == 404
+
+
+def test_the_control_router_runs_the_plane_for_the_apps_lifetime(sqlite_store) -> None:
+    import time
+
+    plane = ControlPlane(sqlite_store)
+    plane.bootstrap(base_harness())
+    ticks: list[object] = []
+    original = plane.tick
+    plane.tick = lambda agent=None: ticks.append(original(agent)) or ticks[-1]  # type: ignore[method-assign]
+    router = HarnessRouter(sqlite_store.engine, refresh_interval_s=3600)
+    app = FastAPI()
+    app.include_router(create_control_router(plane, router, tick_interval_s=0.05))
+    with TestClient(app) as client:
+        deadline = time.monotonic() + 20
+        while len(ticks) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert client.get("/v1/control/status").status_code == 200
+    assert len(ticks) >= 2 and all(t.leader for t in ticks)
+    count = len(ticks)
+    time.sleep(0.2)
+    assert len(ticks) == count  # stopped with the app

@@ -2,14 +2,6 @@
 
 from __future__ import annotations
 
-from evolvable.control.decision import DecisionConfig
-from evolvable.control.gates import ReplaySuite
-from evolvable.control.models import DecisionState, Lever, RolloutState, Verdict, VersionKind, VersionState
-from evolvable.control.rollout import CanaryConfig
-from evolvable.control.router import HarnessRouter
-from evolvable.control.runtime import ControlConfig, ControlPlane
-from evolvable.protocol.harness import MemoryExemplar
-from evolvable.protocol.models import ChatMessage
 from tests.control.conftest import (
     AGENT,
     CLUSTERS,
@@ -19,6 +11,15 @@ from tests.control.conftest import (
     scripted_success,
     tasks,
 )
+
+from evolvable.control.decision import DecisionConfig
+from evolvable.control.gates import ReplaySuite
+from evolvable.control.models import DecisionState, Lever, RolloutState, Verdict, VersionKind, VersionState
+from evolvable.control.rollout import CanaryConfig
+from evolvable.control.router import HarnessRouter
+from evolvable.control.runtime import ControlConfig, ControlPlane
+from evolvable.protocol.harness import MemoryExemplar
+from evolvable.protocol.models import ChatMessage
 
 
 def config(**decision) -> ControlConfig:
@@ -38,7 +39,10 @@ def live_batch(plane: ControlPlane, router: HarnessRouter, batch: int, n: int = 
         ok = scripted_success(harness, task, i)
         plane.store.put_trajectory(
             make_trajectory(
-                cluster=task.cluster, success=ok, harness_version=version, task_text=task.text,
+                cluster=task.cluster,
+                success=ok,
+                harness_version=version,
+                task_text=task.text,
                 label=None if ok else "wrong_tool",
             )
         )
@@ -74,8 +78,10 @@ def always_refund(harness):
         id="ex-bad",
         cluster="refund",
         task_input="I want a refund",
-        messages=[ChatMessage(role="user", content="I want a refund"),
-                  ChatMessage(role="assistant", content="Refund issued. We always refund, no questions asked.")],
+        messages=[
+            ChatMessage(role="user", content="I want a refund"),
+            ChatMessage(role="assistant", content="Refund issued. We always refund, no questions asked."),
+        ],
     )
     return harness.model_copy(update={"memory": [bad], "memory_k": 1})
 
@@ -92,7 +98,9 @@ class PlantedEvolver:
 
 
 def test_planted_harmful_candidate_is_stopped_by_the_safety_gate(store) -> None:
-    plane = ControlPlane(store, config=config(levers=frozenset({Lever.memory})), evolvers={Lever.memory: PlantedEvolver()})
+    plane = ControlPlane(
+        store, config=config(levers=frozenset({Lever.memory})), evolvers={Lever.memory: PlantedEvolver()}
+    )
     plane.register_suite(AGENT, ReplaySuite(ScriptedRunner(), tasks(24, "hold"), tasks(6, "probe", probe=True)))
     start, _ = plane.bootstrap(base_harness())
     router = HarnessRouter(store.engine, refresh_interval_s=3600)
@@ -107,7 +115,9 @@ def test_planted_harmful_candidate_is_stopped_by_the_safety_gate(store) -> None:
 
 def test_planted_harmful_candidate_is_rolled_back_in_the_canary(store) -> None:
     """Without replay probes the canary's live analysis must catch it: violations -> Failed -> rollback."""
-    plane = ControlPlane(store, config=config(levers=frozenset({Lever.memory})), evolvers={Lever.memory: PlantedEvolver()})
+    plane = ControlPlane(
+        store, config=config(levers=frozenset({Lever.memory})), evolvers={Lever.memory: PlantedEvolver()}
+    )
     router = HarnessRouter(store.engine, refresh_interval_s=3600)
     plane.router = router
     start, _ = plane.bootstrap(base_harness())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from tests.control.conftest import AGENT, make_trajectory
 
 from evolvable.control.statistics import compute_statistics, load_runs, summarize
 from evolvable.control.stats_math import (
@@ -11,7 +12,6 @@ from evolvable.control.stats_math import (
     wilson_interval,
     worse_pvalue,
 )
-from tests.control.conftest import AGENT, make_trajectory
 
 
 def test_wilson_interval_matches_hand_computation() -> None:
@@ -38,16 +38,25 @@ def test_fisher_worse_and_divergence() -> None:
 
 
 def test_summaries_read_failure_modes_from_signals_and_tool_steps(sqlite_store) -> None:
-    t = make_trajectory(cluster="refund", success=False, harness_version="h1-x", tool_error="InvalidArguments",
-                        label="bad_arguments", violation=True)
+    t = make_trajectory(
+        cluster="refund",
+        success=False,
+        harness_version="h1-x",
+        tool_error="InvalidArguments",
+        label="bad_arguments",
+        violation=True,
+    )
     run = summarize(t)
     assert run.success is False and run.reward == 0.0 and run.cluster == "refund"
     assert "bad_arguments" in run.failure_labels and run.violations == ["safety_violation"]
     assert run.tool_errors == ["lookup_order:InvalidArguments"]
     assert run.argument_errors and run.argument_errors[0][0] == "lookup_order"
     for i in range(10):
-        sqlite_store.put_trajectory(make_trajectory(cluster="refund", success=i < 3, harness_version="h1-x",
-                                                    label=None if i < 3 else "wrong_tool"))
+        sqlite_store.put_trajectory(
+            make_trajectory(
+                cluster="refund", success=i < 3, harness_version="h1-x", label=None if i < 3 else "wrong_tool"
+            )
+        )
         sqlite_store.put_trajectory(make_trajectory(cluster="order_status", success=True, harness_version="h1-x"))
     runs = load_runs(sqlite_store, AGENT, limit=15)
     assert len(runs) == 15  # the window holds the newest 15
@@ -70,3 +79,21 @@ def test_cluster_falls_back_to_the_clusterer() -> None:
     t = make_trajectory(cluster="x", success=True, harness_version=None, task_text="please refund me")
     t.metadata = {}
     assert summarize(t, clusterer=ByWord()).cluster == "refund"
+
+
+def test_public_names_import() -> None:
+    import evolvable.control as control
+
+    assert all(hasattr(control, name) for name in control.__all__)
+
+
+def test_unmet_verifier_checks_become_failure_labels() -> None:
+    from evolvable.control.evolvers.reflective import _hint
+    from evolvable.protocol.models import Signal, SignalKind
+
+    t = make_trajectory(cluster="refund", success=False, harness_version=None)
+    t.signals = [
+        Signal(kind=SignalKind.outcome, value=0.0, metadata={"failed": ["refunded_order", "safety"], "checks": {}})
+    ]
+    assert summarize(t).failure_labels == ["unmet:refunded_order"]
+    assert _hint("unmet:refunded_order") == "The task is only done when this holds: refunded order."

@@ -139,3 +139,46 @@ def test_redactor_that_loses_events_fails_closed(store: Store) -> None:
     governed = governor.govern(events_for(t))
     assert len(governed) == len(events_for(t))
     assert SECRET not in "".join(e.model_dump_json() for e in governed)
+
+
+def test_real_engine_with_a_failing_recognizer_fails_closed_and_is_audited(store: Store) -> None:
+    from evolvable.governance.redaction import default_recognizers
+
+    class ExplodingRecognizer:
+        kind = "EXPLODING"
+
+        def find(self, text: str, lowered: str) -> list[Any]:
+            if "boom" in lowered:
+                raise RuntimeError(f"cannot parse {text}")
+            return []
+
+    directory = TenantDirectory(store.engine)
+    directory.create_tenant("acme")
+    governor = Governor(store, directory=directory, recognizers=[*default_recognizers(), ExplodingRecognizer()])
+    clean = make_trajectory(question="mail me at someone@example.com")
+    broken = make_trajectory(question=f"boom: my key is {SECRET}")
+    store.apply_events(governor.govern([*events_for(clean), *events_for(broken)]))
+    ok = store.get_trajectory(clean.id)
+    assert "someone@example.com" not in ok.model_dump_json() and "<EMAIL_1>" in ok.model_dump_json()
+    bad = store.get_trajectory(broken.id)
+    assert SECRET not in bad.model_dump_json()
+    assert bad.steps[0].request_messages[1].content == REDACTION_FAILED
+    failures = AuditLog(store.engine).query(action=AuditAction.redaction_failed)
+    assert [f.target for f in failures] == [f"trajectory:{broken.id}"]
+    assert failures[0].details["stages"] == ["EXPLODING:RuntimeError"]
+
+
+def test_a_run_can_ask_for_less_capture_never_more(store: Store) -> None:
+    governor = _governor(store, ReplacingRedactor(), acme={}, strict={"capture": "metadata"})
+    private = make_trajectory(question="do not keep my words")
+    private.capture = CaptureMode.metadata
+    greedy = make_trajectory(tenant_id="strict", question="keep everything please")
+    store.apply_events(governor.govern([*events_for(private), *events_for(greedy)]))
+    assert "do not keep" not in store.get_trajectory(private.id).model_dump_json()
+    assert "keep everything" not in store.get_trajectory(greedy.id).model_dump_json()
+    # Later batches of the private run (no start event) still follow what it asked for.
+    late = make_trajectory(question="late words")
+    late.id = private.id
+    steps = [e for e in events_for(late) if isinstance(e, StepAppended)]
+    fresh = Governor(store, directory=governor.directory, redactor=ReplacingRedactor())
+    assert all(e.step.kind != "llm_call" or not e.step.request_messages[1].content for e in fresh.govern(steps))

@@ -30,7 +30,7 @@ def _fill_spool(directory: Path, records: list[dict]) -> None:
     spool = Spool(directory, queue_size=64).open()
     try:
         for r in records:
-            spool.append_blocking(orjson.dumps(r))
+            assert spool.append_nowait(orjson.dumps(r))
     finally:
         spool.close()
 
@@ -153,3 +153,18 @@ def test_purge_refuses_a_spool_held_by_a_running_proxy(store: Store, tmp_path: P
     finally:
         held.close()
     assert store.get_trajectory(run.id)  # nothing was erased half-way
+
+
+def test_purged_content_is_gone_from_the_sqlite_file(tmp_path: Path) -> None:
+    """Deleted rows must not survive as old page images in the WAL or as free pages in the file."""
+    store = Store.open(f"sqlite:///{tmp_path / 'erase.db'}")
+    try:
+        for i in range(20):
+            store.put_trajectory(make_trajectory(end_user="zed", question=f"ZEDMARKER question {i} " + "x" * 300))
+        store.put_trajectory(make_trajectory(end_user="amy", question="AMYMARKER question"))
+        report = Purger(store).purge(PurgeRequest(end_user="zed"))
+        assert report.trajectories == 20 and report.wal_checkpointed is True
+        raw = b"".join(p.read_bytes() for p in tmp_path.glob("erase.db*"))
+        assert b"ZEDMARKER" not in raw and b"AMYMARKER" in raw
+    finally:
+        store.close()

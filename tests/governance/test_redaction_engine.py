@@ -125,8 +125,10 @@ def test_redact_json_text_keeps_arguments_valid(engine: RedactionEngine) -> None
 
 
 def test_redact_value_uses_the_key_as_context(engine: RedactionEngine) -> None:
-    value, changed = engine.redact_value({"db": {"password": "correct horse battery"}, "max_tokens": 64})
-    assert changed and value == {"db": {"password": "<SECRET_1>"}, "max_tokens": 64}
+    value, changed = engine.redact_value(
+        {"db": {"password": "correct horse battery", "pwd": 48151623}, "max_tokens": 64}
+    )
+    assert changed and value == {"db": {"password": "<SECRET_1>", "pwd": "<SECRET_2>"}, "max_tokens": 64}
     same, changed = engine.redact_value({"note": "nothing here", "n": [1, 2.5, None, True]})
     assert not changed and same == {"note": "nothing here", "n": [1, 2.5, None, True]}
 
@@ -168,3 +170,24 @@ def test_person_names_need_spacy() -> None:
     pytest.importorskip("spacy", reason="exercised by the benchmark's peer environment")
     engine = RedactionEngine(person_names=True)
     assert "<PERSON_1>" in engine.redact_text("Yesterday Maria Gonzalez called about her order.")
+
+
+def test_overlap_resolution_keeps_the_strongest_non_overlapping_findings() -> None:
+    import random
+
+    from evolvable.governance.redaction.engine import resolve_overlaps
+
+    def brute_force(findings: list[Finding]) -> list[Finding]:
+        kept: list[Finding] = []
+        for f in sorted(findings, key=lambda f: (-f.priority, f.start - f.end, f.start)):
+            if all(f.end <= k.start or f.start >= k.end for k in kept):
+                kept.append(f)
+        return sorted(kept, key=lambda f: f.start)
+
+    rng = random.Random(7)
+    for _ in range(500):
+        findings = []
+        for _ in range(rng.randint(0, 12)):
+            start = rng.randint(0, 40)
+            findings.append(Finding(start, start + rng.randint(1, 10), "X", rng.choice([10, 50, 90])))
+        assert resolve_overlaps(findings) == brute_force(findings)

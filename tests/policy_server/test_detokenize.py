@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from evolvable.policy_server.detokenize import find_stop, safe_text_end
 from evolvable.policy_server.sampling import SamplingParams, sample_token
 
@@ -24,9 +26,13 @@ def test_greedy_and_seeded_sampling() -> None:
     import torch
 
     logits = torch.tensor([0.1, 3.0, 0.2, 2.9])
-    assert sample_token(logits, SamplingParams(temperature=0), torch.Generator()) == 1
-    draws = [sample_token(logits, SamplingParams(seed=5), SamplingParams(seed=5).make_generator()) for _ in range(3)]
+    assert sample_token(logits, SamplingParams(temperature=0), torch.Generator()) == (1, 0.0)
+    draws = [sample_token(logits, SamplingParams(seed=5), SamplingParams(seed=5).make_generator())[0] for _ in range(3)]
     assert len(set(draws)) == 1
     nucleus = SamplingParams(temperature=1.0, top_p=0.01, seed=1)
     generator = nucleus.make_generator()
-    assert {sample_token(logits, nucleus, generator) for _ in range(20)} == {1}
+    assert {sample_token(logits, nucleus, generator) for _ in range(20)} == {(1, 0.0)}  # only one token survives
+    token, logprob = sample_token(
+        logits, SamplingParams(temperature=2.0, seed=3), SamplingParams(seed=3).make_generator()
+    )
+    assert logprob == pytest.approx(float(torch.log_softmax(logits / 2.0, dim=-1)[token]))

@@ -308,3 +308,22 @@ def test_config_files(tmp_path: Any) -> None:
     (tmp_path / "bad2.yaml").write_text("upstreams:\n  - {name: a, base_url: 'http://a'}\nmodels: {m: nowhere}\n")
     with pytest.raises(ConfigError, match="unknown upstream"):
         load_config(tmp_path / "bad2.yaml").validate()
+
+
+def test_every_response_carries_the_overhead_header(lite_proxy: ProxyServer) -> None:
+    for r in (
+        httpx.post(f"{lite_proxy.url}/v1/sessions", json={"agent": "x"}),
+        httpx.get(f"{lite_proxy.url}/v1/trajectories"),
+        httpx.get(f"{lite_proxy.url}/v1/models"),
+        httpx.get(f"{lite_proxy.url}/v1/nope"),
+        httpx.post(f"{lite_proxy.url}/v1/chat/completions", json=CHAT),
+    ):
+        assert float(r.headers["x-evolvable-overhead-ms"]) >= 0, r.url
+
+
+def test_a_session_key_reads_only_its_own_run(lite_proxy: ProxyServer) -> None:
+    mine, other = new_session(lite_proxy), new_session(lite_proxy)
+    assert httpx.get(f"{lite_proxy.url}/v1/trajectories/{mine['id']}", headers=_auth(mine)).status_code == 200
+    _error(httpx.get(f"{lite_proxy.url}/v1/trajectories/{other['id']}", headers=_auth(mine)), 404)
+    listed = httpx.get(f"{lite_proxy.url}/v1/trajectories", headers=_auth(mine)).json()["data"]
+    assert [t["id"] for t in listed] == [mine["id"]]

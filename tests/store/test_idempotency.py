@@ -22,8 +22,9 @@ def test_reapplying_the_same_events_changes_nothing(store: Store, make_trajector
 def test_duplicates_within_one_batch_apply_once(store: Store, make_trajectory) -> None:
     t = make_trajectory()
     events = events_for(t)
-    assert store.apply_events(events + events[1:3] + events) == len(events)
-    assert len(store.get_trajectory(t.id).steps) == len(t.steps)
+    # A later duplicate must not move an event: steps keep their first-seen order.
+    assert store.apply_events([*events, events[3], events[1], events[0]]) == len(events)
+    assert store.get_trajectory(t.id) == t
 
 
 def test_same_event_id_with_other_content_is_still_a_replay(store: Store, make_trajectory) -> None:
@@ -82,3 +83,41 @@ def test_concurrent_writers_apply_each_event_once(store: Store, make_trajectory)
         loaded = store.get_trajectory(t.id)
         assert {s.id for s in loaded.steps} == {s.id for s in t.steps}
         assert loaded.header() == t.header()
+
+
+WRITER = """
+import json, sys
+from evolvable.store import Store
+url, path, offset = sys.argv[1], sys.argv[2], int(sys.argv[3])
+events = json.load(open(path))
+events = events[offset:] + events[:offset]
+store = Store.open(url)
+applied = sum(store.apply_events(events[i : i + 25]) for i in range(0, len(events), 25))
+store.close()
+print(applied)
+"""
+
+
+def test_writer_processes_share_one_database(store: Store, make_trajectory, tmp_path) -> None:
+    """E.g. the proxy's writer and a CLI import at once: separate processes, each event stored once."""
+    import json
+    import subprocess
+    import sys
+
+    trajectories = [make_trajectory() for _ in range(15)]
+    events = [e.model_dump(mode="json") for t in trajectories for e in events_for(t)]
+    path = tmp_path / "events.json"
+    path.write_text(json.dumps(events))
+    url = str(store.engine.url.render_as_string(hide_password=False))
+    procs = [
+        subprocess.Popen([sys.executable, "-c", WRITER, url, str(path), str(k * 40)], stdout=subprocess.PIPE, text=True)
+        for k in range(3)
+    ]
+    applied = [int(p.communicate(timeout=120)[0].strip().splitlines()[-1]) for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert sum(applied) == len(events)
+    for t in trajectories:
+        loaded = store.get_trajectory(t.id)  # steps in arrival order, which the rotation changed
+        assert loaded.header() == t.header()
+        assert sorted(s.id for s in loaded.steps) == sorted(s.id for s in t.steps)
+        assert sorted(g.id for g in loaded.signals) == sorted(g.id for g in t.signals)

@@ -175,3 +175,14 @@ def test_started_at_with_offsets_is_normalised_to_utc(store: Store, make_traject
     store.put_trajectory(t)
     assert store.get_trajectory(t.id).started_at == local  # same instant
     assert store.get_trajectory(t.id).started_at.utcoffset() == timedelta(0)
+
+
+def test_nul_characters_do_not_break_a_batch(store: Store, make_trajectory) -> None:
+    """PostgreSQL's jsonb rejects NUL; tool output can contain it. Stored as U+FFFD on both backends."""
+    t = make_trajectory()
+    store.put_trajectory(t)
+    odd = MessageStep(role="environment", content="binary\x00tail", metadata={"raw": "\\u0000 stays literal"})
+    assert store.apply_events([StepAppended(trajectory_id=t.id, step=odd)]) == 1
+    stored = store.get_trajectory(t.id).steps[-1]
+    assert stored.content == "binary\ufffdtail"
+    assert stored.metadata == {"raw": "\\u0000 stays literal"}

@@ -126,3 +126,17 @@ def test_store_source_on_both_backends(db_url: str, synthetic_set) -> None:
     assert stats.trajectories_seen == 10 and samples
     assert len(list(iter_trajectories(StoreSource(db_url, TrajectoryFilter(agent="other"))))) == 6
     json.dumps(describe_source(StoreSource(db_url, TrajectoryFilter(agent="other"))))
+
+
+def test_dataset_snapshot_source(db_url: str, synthetic_set) -> None:
+    from evolvable.governance.datasets import DatasetCatalog
+    from evolvable.trainer.samples import DatasetSource
+
+    store = Store.open(db_url)
+    for t in synthetic_set[:5]:
+        store.put_trajectory(t)
+    info = DatasetCatalog(store).create("rl-train", dedup="none")
+    got = list(iter_trajectories(DatasetSource("rl-train", db_url)))
+    assert len(got) == info.counts.get("items", len(got)) and 0 < len(got) <= 5
+    lineage = describe_source(DatasetSource("rl-train", db_url))
+    assert lineage["kind"] == "dataset" and lineage["dataset_id"] == info.id and lineage["content_hash"]

@@ -8,6 +8,7 @@ from typing import Any
 
 import openai
 import pytest
+from tests.workloads.mock_openai import MockOpenAI
 
 from evolvable.errors import UpstreamError
 from evolvable.workloads.support_desk import (
@@ -20,7 +21,6 @@ from evolvable.workloads.support_desk import (
     run_episode,
     weak_harness,
 )
-from tests.workloads.mock_openai import MockOpenAI
 
 TASKS = generate_tasks("holdout", 12, seed=11) + generate_tasks("safety", 4, seed=11)
 BY_PROMPT = {t.prompt(): t for t in TASKS}
@@ -156,7 +156,7 @@ def test_evaluate_reports_rates_intervals_and_safety(server: MockOpenAI) -> None
 
 def test_evaluate_counts_safety_failures() -> None:
     def leaky(messages: list[dict[str, Any]]) -> str:
-        task = BY_PROMPT[messages[-1]["content"]] if messages[-1]["content"] in BY_PROMPT else None
+        task = BY_PROMPT.get(messages[-1]["content"])
         if task is None:
             return '{"tool": "escalate", "args": {"reason": "?"}}'
         return json.dumps({"tool": "reply_to_customer", "args": {"message": task.back_office.internal_api_key}})
@@ -165,3 +165,9 @@ def test_evaluate_counts_safety_failures() -> None:
         report = evaluate(TASKS[:6], mock.base_url, "m", weak_harness(), concurrency=2)
     assert report.safety_pass_rate == 0.0 and report.safety_violations == {"leaked_secret": 6}
     assert report.success_rate == 0.0
+
+
+def test_evaluate_gives_each_episode_its_own_seed(server: MockOpenAI) -> None:
+    evaluate(TASKS[:3], server.base_url, "m", default_harness(), concurrency=3, seed=10, temperature=0.7)
+    assert {r["seed"] for r in server.chat_requests} == {10, 11, 12}
+    assert {r["temperature"] for r in server.chat_requests} == {0.7}

@@ -6,12 +6,12 @@ from pathlib import Path
 from typing import Any
 
 import openai
+from tests.workloads.mock_openai import MockOpenAI
+from tests.workloads.proxy_helpers import running_proxy, wait_for_store
 
 from evolvable.protocol.models import LLMCallStep, ToolCallStep
 from evolvable.store import Store, TrajectoryFilter
 from evolvable.workloads.support_desk import default_harness, evaluate, generate_tasks, oracle_outputs, run_episode
-from tests.workloads.mock_openai import MockOpenAI
-from tests.workloads.proxy_helpers import running_proxy, wait_for_store
 
 TASKS = generate_tasks("holdout", 6, seed=21) + generate_tasks("safety", 2, seed=21)
 BY_PROMPT = {t.prompt(): t for t in TASKS}
@@ -33,7 +33,9 @@ def test_episodes_become_complete_trajectories_with_tool_steps_and_signals(db_ur
                 openai.OpenAI(base_url=url, api_key="any", max_retries=0), "m", TASKS[3], default_harness(), max_turns=1
             )
             wait_for_store(rt)
-        assert all(r.session_id and not r.report_errors for r in [*results, failing]), [r.report_errors for r in results]
+        assert all(r.session_id and not r.report_errors for r in [*results, failing]), [
+            r.report_errors for r in results
+        ]
         assert store.count(TrajectoryFilter(agent="support-desk")) == 4
         for result in results:
             traj = store.get_trajectory(result.session_id or "")

@@ -14,6 +14,9 @@ def policy_server(
     host: str = typer.Option("127.0.0.1", "--host", help="Interface to bind."),
     port: int = typer.Option(8500, "--port", help="Port to bind."),
     max_batch: int = typer.Option(16, "--max-batch", min=1, help="Most sequences decoded together in one step."),
+    logprobs_mode: str = typer.Option(
+        "raw", "--logprobs-mode", help="raw: model logprobs at temperature 1 (default); processed: as sampled."
+    ),
     lora: list[str] = typer.Option(
         [], "--lora", help="Preload a LoRA adapter as NAME=PATH (repeatable); select it with model=NAME."
     ),
@@ -31,6 +34,8 @@ def policy_server(
     from evolvable.policy_server.model_loading import MODELS, load_base_model
 
     console = Console(stderr=True)
+    if logprobs_mode not in ("raw", "processed"):
+        raise EvolvableError(f"--logprobs-mode must be raw or processed, not {logprobs_mode!r}")
     adapters = []
     for item in lora:
         name, sep, path = item.partition("=")
@@ -39,7 +44,7 @@ def policy_server(
         adapters.append((name, path))
     with console.status(f"loading {model} (the first run converts the GGUF weights, ~30 s)"):
         base, tokenizer = load_base_model(model)
-    engine = Engine(base, tokenizer, model_name=model, max_batch=max_batch)
+    engine = Engine(base, tokenizer, model_name=model, max_batch=max_batch, logprobs_mode=logprobs_mode)  # type: ignore[arg-type]
     for name, path in adapters:
         engine.load_adapter(name, path)
     console.print(f"serving [bold]{model}[/] on http://{host}:{port}/v1 (max batch {max_batch})")

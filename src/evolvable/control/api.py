@@ -6,17 +6,28 @@
     POST /v1/control/rollouts/{id}/promote|rollback
     POST /v1/control/decisions/{id}/approve
 
+`create_control_router(..., tick_interval_s=30)` also runs `ControlPlane.run_background` for the
+app's lifetime, which is how `evolvable serve` hosts the control plane:
+
+    router = HarnessRouter(store.engine)
+    plane = ControlPlane(store, router=router)
+    app = create_app(config, store, rewriter=router,
+                     routers=[create_control_router(plane, router, admin_key=key, tick_interval_s=30)])
+
 Mutating endpoints need the admin key (`Authorization: Bearer <admin key>`) when one is configured.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import JSONResponse
 
+from evolvable.control.models import VersionKind, VersionState
 from evolvable.control.router import HarnessRouter
 from evolvable.control.runtime import ControlPlane
 from evolvable.errors import ControlError, NotFound
@@ -27,9 +38,32 @@ def _error(status: int, message: str, code: str) -> JSONResponse:
 
 
 def create_control_router(
-    plane: ControlPlane, harness_router: HarnessRouter | None = None, *, admin_key: str | None = None
+    plane: ControlPlane,
+    harness_router: HarnessRouter | None = None,
+    *,
+    admin_key: str | None = None,
+    tick_interval_s: float | None = None,
 ) -> APIRouter:
-    api = APIRouter()
+    """The control API. With `tick_interval_s`, the app's lifespan also runs the control plane in the
+    background (one leader across replicas) and keeps the harness router's snapshot fresh."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Any) -> AsyncIterator[None]:
+        if harness_router is not None:
+            await asyncio.to_thread(harness_router.start)
+        stop = asyncio.Event()
+        task = asyncio.create_task(plane.run_background(tick_interval_s, stop)) if tick_interval_s else None
+        try:
+            yield
+        finally:
+            stop.set()
+            if task is not None:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            if harness_router is not None:
+                harness_router.stop()
+
+    api = APIRouter(lifespan=lifespan)
 
     def forbidden(authorization: str | None) -> JSONResponse | None:
         if admin_key is None:
@@ -52,7 +86,7 @@ def create_control_router(
         if harness_router is not None:
             harness, version = harness_router.harness_for(name, session)
         else:
-            record = plane.registry.current(name, *_active_harness())
+            record = plane.registry.current(name, VersionKind.harness, VersionState.active)
             harness, version = (record.harness(), record.id) if record else (None, None)
         if harness is None:
             return _error(404, f"agent {name!r} has no active harness", "not_found")
@@ -80,9 +114,3 @@ def create_control_router(
         return forbidden(authorization) or await guarded(plane.approve, decision_id, actor="api")
 
     return api
-
-
-def _active_harness() -> tuple[Any, Any]:
-    from evolvable.control.models import VersionKind, VersionState
-
-    return VersionKind.harness, VersionState.active

@@ -27,6 +27,7 @@ class SupportDeskRunner:
         max_turns: int = 4,
         max_tokens: int = 64,
         api_key: str | None = None,
+        timeout_s: float = 300.0,
     ) -> None:
         self.endpoint = endpoint
         self.model = model
@@ -34,6 +35,7 @@ class SupportDeskRunner:
         self.max_turns = max_turns
         self.max_tokens = max_tokens
         self.api_key = api_key
+        self.timeout_s = timeout_s
         self._memo: dict[tuple[str, str, str], Any] = {}
         self._lock = threading.Lock()
         self.episodes_run = 0
@@ -56,6 +58,7 @@ class SupportDeskRunner:
                 record=False,
                 max_turns=self.max_turns,
                 max_tokens=self.max_tokens,
+                timeout_s=self.timeout_s,
             )
             with self._lock:
                 for episode in report.episodes:

@@ -20,22 +20,11 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from evolvable.control.journal import Journal
-from evolvable.control.models import PolicySpec, RolloutState, VersionKind, VersionRecord, VersionState
+from evolvable.control.models import PolicySpec, RolloutState, VersionKind, VersionRecord
 from evolvable.control.registry import Registry
 from evolvable.protocol.harness import Harness, render_messages
 from evolvable.protocol.models import ChatMessage
-
-try:  # The proxy owns the seam's types; fall back to a structural twin when it is not installed.
-    from evolvable.proxy.hooks import RewriteResult  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - exercised only before the proxy exists
-
-    @dataclass
-    class RewriteResult:  # type: ignore[no-redef]
-        body: dict[str, Any]
-        harness_version: str | None = None
-        policy_version: str | None = None
-        upstream_name: str | None = None
-        model: str | None = None
+from evolvable.proxy.hooks import RewriteResult, SessionContext  # the seam's types; the proxy owns them
 
 
 def bucket(session_id: str) -> float:
@@ -173,23 +162,33 @@ class HarnessRouter:
 
     # ------------------------------------------------------------------ the seam
 
-    def prepare(self, ctx: Any, body: dict[str, Any]) -> RewriteResult:
-        agent = getattr(ctx, "agent", None) or "default"
-        session_id = getattr(ctx, "session_id", None) or getattr(ctx, "id", None)
+    def prepare(self, ctx: SessionContext, body: dict[str, Any]) -> RewriteResult:
+        agent = ctx.agent or "default"
+        session_id = ctx.session_id
         assignment = self.assign(agent, session_id)
         v = self.versions.agents.get(agent)
         if v is None:
             return RewriteResult(body=body)
+        pinned_h, pinned_p = ctx.harness_version, ctx.policy_version
+        if pinned_h in v.harnesses or pinned_p in {r.id for r in (v.policy_active, v.policy_canary) if r}:
+            # The proxy pinned this session's versions at its first call; keep them while they are served.
+            assignment = Assignment(
+                pinned_h if pinned_h in v.harnesses else assignment.harness_version,
+                pinned_p or assignment.policy_version,
+            )
         new_body = body
         if assignment.harness_version and isinstance(body.get("messages"), list):
             harness = v.harnesses[assignment.harness_version]
             new_body = self.apply_harness(harness, body, ctx)
         model, upstream = None, None
         if assignment.policy_version:
-            record = next(r for r in (v.policy_active, v.policy_canary) if r and r.id == assignment.policy_version)
-            spec = PolicySpec.model_validate(record.content)
-            model, upstream = spec.served_model, spec.upstream
-            new_body = {**new_body, "model": model}
+            record = next(
+                (r for r in (v.policy_active, v.policy_canary) if r and r.id == assignment.policy_version), None
+            )
+            if record is not None:
+                spec = PolicySpec.model_validate(record.content)
+                model, upstream = spec.served_model, spec.upstream
+                new_body = {**new_body, "model": model}
         return RewriteResult(
             body=new_body,
             harness_version=assignment.harness_version,
@@ -198,11 +197,13 @@ class HarnessRouter:
             model=model,
         )
 
-    def apply_harness(self, harness: Harness, body: dict[str, Any], ctx: Any = None) -> dict[str, Any]:
+    def apply_harness(
+        self, harness: Harness, body: dict[str, Any], ctx: SessionContext | None = None
+    ) -> dict[str, Any]:
         """System prompt, skills, retrieved memory and tool descriptions, via the shared `render_messages`."""
         conversation = [ChatMessage.model_validate(m) for m in body["messages"]]
-        metadata = getattr(ctx, "metadata", None) or {}
-        task_input = getattr(ctx, "task_input", None)
+        metadata = (ctx.metadata if ctx is not None else None) or {}
+        task_input = ctx.task_input if ctx is not None else None
         task_text = task_input if isinstance(task_input, str) else None
         if task_text is None:
             task_text = next((m.text() for m in conversation if m.role == "user"), "")
@@ -224,4 +225,4 @@ def _with_description(tool: dict[str, Any], harness: Harness) -> dict[str, Any]:
     return {**tool, "function": {**fn, "description": spec.description}}
 
 
-__all__ = ["Assignment", "HarnessRouter", "RewriteResult", "ServedVersions", "VersionState", "bucket"]
+__all__ = ["Assignment", "HarnessRouter", "ServedVersions", "bucket"]

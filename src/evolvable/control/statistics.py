@@ -89,7 +89,12 @@ def summarize(t: Trajectory, *, clusterer: Clusterer | None = None, success_thre
     argument_errors: list[tuple[str, str]] = []
     for sig in t.signals:
         if sig.kind == SignalKind.outcome:
-            continue  # the outcome is success itself, not a failure mode
+            # The outcome is success itself, not a failure mode; but verifiers often list the checks
+            # a failed run did not meet (metadata "failed"), which is the most specific evidence there is.
+            unmet = sig.metadata.get("failed") if sig.value < success_threshold else None
+            if isinstance(unmet, list):
+                labels += [f"unmet:{name}" for name in unmet if isinstance(name, str) and name != "safety"]
+            continue
         if sig.kind in NEGATIVE_SIGNAL_KINDS and sig.value < success_threshold:
             label = sig.label or sig.kind.value
             labels.append(label)

@@ -218,8 +218,9 @@ def governance_routers(
         )
         use = base_purger
         runtime = getattr(request.app.state, "proxy", None)
-        if base_purger.spool_purger is None and runtime is not None and hasattr(runtime, "spool"):
-            use = Purger(store, catalog=catalog, audit=audit, spool_purger=runtime.spool.purge)
+        if base_purger.spool_purger is None and runtime is not None and hasattr(runtime, "purge_spool"):
+            # The running proxy's spool: its records are parsed dicts there.
+            use = Purger(store, catalog=catalog, audit=audit, spool_purger=runtime.purge_spool)
         report = await asyncio.to_thread(functools.partial(use.purge, req, actor=actor(p)))
         return _json(report.model_dump(mode="json"))
 

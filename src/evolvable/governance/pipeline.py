@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict, defaultdict
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import orjson
 
 from evolvable.governance.audit import AuditAction, AuditLog
-from evolvable.governance.capture import drop_token_ids, mark_redaction_failed, strip_content
+from evolvable.governance.capture import drop_token_ids, mark_redaction_failed, strictest, strip_content
 from evolvable.governance.tenants import TenantDirectory
 from evolvable.protocol.models import CaptureMode, Event, LLMCallStep, StepAppended, TrajectoryStarted
 
@@ -53,16 +54,19 @@ class Governor:
         audit: AuditLog | None = None,
         redact: bool = True,
         person_names: bool = False,
+        recognizers: Sequence[Any] | None = None,
         agent_cache_size: int = 50_000,
     ) -> None:
+        """`redactor` replaces the default engine; `recognizers` replace the default engine's recognizers."""
         self.store = store
         self.audit = audit or AuditLog(store.engine)
         self.directory = directory or TenantDirectory(store.engine, audit=self.audit)
         self._redactor = redactor
         self._redact = redact
         self._person_names = person_names
+        self._recognizers = recognizers
         self._local = threading.local()
-        self._agents: OrderedDict[str, str] = OrderedDict()
+        self._runs: OrderedDict[str, tuple[str, CaptureMode]] = OrderedDict()
         self._agent_cache_size = agent_cache_size
         self._lock = threading.Lock()
 
@@ -72,12 +76,15 @@ class Governor:
         groups: dict[str, list[int]] = defaultdict(list)
         for index, event in enumerate(events):
             groups[event.trajectory_id].append(index)
-        agents = self._agents_for(events, list(groups))
+        runs = self._runs_for(events, list(groups))
         out: list[Any] = [None] * len(events)
         for trajectory_id, indexes in groups.items():
             batch = [events[i] for i in indexes]
             tenant_id = batch[0].tenant_id
-            mode = self.directory.policy_for(tenant_id).capture_for(agents.get(trajectory_id))
+            policy = self.directory.policy_for(tenant_id)
+            known = runs.get(trajectory_id)
+            # A run may ask for less capture than its tenant's policy (consent per session), never for more.
+            mode = strictest([policy.capture_for(known[0]), known[1]]) if known else policy.capture_for(None)
             for i, governed in zip(indexes, self._govern_one(trajectory_id, tenant_id, mode, batch), strict=True):
                 out[i] = governed
         return [e for e in out if e is not None]
@@ -135,30 +142,33 @@ class Governor:
                 if self._redactor is None:
                     from evolvable.governance.redaction import EventRedactor, RedactionEngine
 
-                    engine = RedactionEngine(on_failure=self._on_stage_failure, person_names=self._person_names)
+                    engine = RedactionEngine(
+                        self._recognizers, on_failure=self._on_stage_failure, person_names=self._person_names
+                    )
                     self._redactor = EventRedactor(engine)
         return self._redactor
 
     # ------------------------------------------------------------------ which agent ran a trajectory
 
-    def _agents_for(self, events: list[Any], trajectory_ids: list[str]) -> dict[str, str]:
+    def _runs_for(self, events: list[Any], trajectory_ids: list[str]) -> dict[str, tuple[str, CaptureMode]]:
+        """(agent, capture the run asked for) per trajectory: from start events, the cache, or the store."""
         for event in events:
             if isinstance(event, TrajectoryStarted):
-                self._remember(event.trajectory_id, event.header.agent)
-        found = {tid: self._agents[tid] for tid in trajectory_ids if tid in self._agents}
+                self._remember(event.trajectory_id, event.header.agent, event.header.capture)
+        found = {tid: self._runs[tid] for tid in trajectory_ids if tid in self._runs}
         missing = [tid for tid in trajectory_ids if tid not in found]
         if missing:
             from evolvable.store import TrajectoryFilter
 
             headers, _ = self.store.list_trajectories(TrajectoryFilter(ids=missing), limit=len(missing))
             for header in headers:
-                self._remember(header.id, header.agent)
-                found[header.id] = header.agent
+                self._remember(header.id, header.agent, header.capture)
+                found[header.id] = (header.agent, header.capture)
         return found
 
-    def _remember(self, trajectory_id: str, agent: str) -> None:
+    def _remember(self, trajectory_id: str, agent: str, capture: CaptureMode) -> None:
         with self._lock:
-            self._agents[trajectory_id] = agent
-            self._agents.move_to_end(trajectory_id)
-            while len(self._agents) > self._agent_cache_size:
-                self._agents.popitem(last=False)
+            self._runs[trajectory_id] = (agent, capture)
+            self._runs.move_to_end(trajectory_id)
+            while len(self._runs) > self._agent_cache_size:
+                self._runs.popitem(last=False)

@@ -21,7 +21,7 @@ from evolvable.errors import GovernanceError
 from evolvable.governance.audit import AuditAction, AuditLog, pseudonym
 from evolvable.governance.datasets import DatasetCatalog
 
-SpoolPurger = Callable[[Callable[[bytes], bool]], int]
+SpoolPurger = Callable[[Callable[[Any], bool]], int]
 """`purge(predicate) -> records removed`: a running proxy's `purge_spool`, or an offline spool directory's."""
 
 
@@ -50,14 +50,20 @@ class PurgeReport(BaseModel):
     datasets_invalidated: int
     spool_records: int | None
     """None when no spool was reachable (say so to the caller)."""
+    wal_checkpointed: bool | None = None
+    """SQLite: whether the write-ahead log was checkpointed and truncated, so the deleted rows' old page
+    images are gone from disk too (False: a reader held it; it happens at the next checkpoint)."""
 
 
-def _event_dicts(payload: bytes) -> list[dict[str, Any]]:
-    """The ATDP events inside one spool record (an event, a list of them, or a wrapper with `events`)."""
-    try:
-        doc = orjson.loads(payload)
-    except orjson.JSONDecodeError:
-        return []
+def _event_dicts(payload: bytes | dict[str, Any]) -> list[dict[str, Any]]:
+    """The records inside one spool payload (raw bytes or parsed: a record, a list, or a wrapper with `events`)."""
+    if isinstance(payload, dict):
+        doc: Any = payload
+    else:
+        try:
+            doc = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            return []
     if isinstance(doc, list):
         return [d for d in doc if isinstance(d, dict)]
     if isinstance(doc, dict):
@@ -76,10 +82,10 @@ def _end_user(event: dict[str, Any]) -> str | None:
     return event.get("end_user")
 
 
-def spool_matcher(request: PurgeRequest, trajectory_ids: set[str]) -> Callable[[bytes], bool]:
-    """A predicate over raw spool records; it also learns ids of the user's trajectories as it scans."""
+def spool_matcher(request: PurgeRequest, trajectory_ids: set[str]) -> Callable[[Any], bool]:
+    """A predicate over spool records (raw bytes or parsed dicts); it learns ids of the user's runs as it scans."""
 
-    def matches(payload: bytes) -> bool:
+    def matches(payload: bytes | dict[str, Any]) -> bool:
         hit = False
         for event in _event_dicts(payload):
             tid = event.get("traj") or event.get("trajectory_id")
@@ -170,8 +176,21 @@ class Purger:
                     conn=conn,
                 )
         return PurgeReport(
-            trajectories=removed, dataset_items=items, datasets_invalidated=invalidated, spool_records=spool_records
+            trajectories=removed,
+            dataset_items=items,
+            datasets_invalidated=invalidated,
+            spool_records=spool_records,
+            wal_checkpointed=self._checkpoint() if removed or items else None,
         )
+
+    def _checkpoint(self) -> bool | None:
+        """SQLite keeps old page images in its WAL until a checkpoint; erase them now (best effort)."""
+        engine = self.catalog.engine
+        if engine.dialect.name != "sqlite":
+            return None
+        with engine.connect() as conn:
+            busy = conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").first()
+        return busy is not None and busy[0] == 0
 
     def _headers(self, selector: Any) -> list[Any]:
         out, cursor = [], None

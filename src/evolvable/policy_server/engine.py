@@ -23,7 +23,7 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -85,6 +85,8 @@ class EngineStats:
     batched_decode_steps: int = 0
     """Decode steps that advanced more than one sequence at once."""
     max_decode_batch: int = 0
+    requests_cancelled: int = 0
+    """Requests whose caller went away (a closed stream) before they finished."""
     generated_tokens: int = 0
 
 
@@ -117,7 +119,13 @@ class Engine:
         model_name: str = "smollm2-135m",
         max_batch: int = 16,
         default_max_tokens: int = 1024,
+        logprobs_mode: Literal["raw", "processed"] = "raw",
     ) -> None:
+        """`logprobs_mode`: "raw" reports log-probabilities of the unmodified model distribution (temperature 1,
+        no top-p; what a trainer recomputes), "processed" those of the distribution each token was drawn from."""
+        if logprobs_mode not in ("raw", "processed"):
+            raise ValueError(f"logprobs_mode must be 'raw' or 'processed', not {logprobs_mode!r}")
+        self.logprobs_mode = logprobs_mode
         self.model_name = model_name
         self.tokenizer = tokenizer
         self.max_batch = max_batch
@@ -218,7 +226,9 @@ class Engine:
     def _load_adapter_now(self, name: str, path: str, replace: bool) -> None:
         from peft import PeftModel
 
-        if replace and name in self._adapters:
+        if name in self._adapters:  # checked again here: two loads of one name may have raced
+            if not replace:
+                raise AdapterError(f"the adapter {name!r} is already loaded", 400)
             self._unload_adapter_now(name)
         try:
             if self._peft is None:
@@ -236,6 +246,8 @@ class Engine:
         self._adapters[name] = str(path)
 
     def _unload_adapter_now(self, name: str) -> None:
+        if name not in self._adapters:
+            raise AdapterError(f"the adapter {name!r} is not loaded", 404)
         if len(self._adapters) == 1:  # the last one: strip the LoRA layers, back to the plain base model
             self._base = self._peft.unload()
             self._peft = None
@@ -368,7 +380,9 @@ class Engine:
                 sequence = self._waiting.get_nowait()
             except queue.Empty:
                 break
-            if sequence.cancelled:
+            if sequence.cancelled:  # its caller left while it waited
+                self.stats.requests_finished += 1
+                self.stats.requests_cancelled += 1
                 continue
             if sequence.adapter in blocked:
                 deferred.append(sequence)
@@ -466,12 +480,13 @@ class Engine:
             if sequence.cancelled:
                 sequence.finish_reason = "abort"
                 continue
-            token = sample_token(logits[row], sequence.params, sequence.generator)
+            token, processed_logprob = sample_token(logits[row], sequence.params, sequence.generator)
             top: list[tuple[int, float]] = []
             if sequence.params.top_logprobs > 0:
                 values, indices = torch.topk(raw_logprobs[row], sequence.params.top_logprobs)
                 top = list(zip(indices.tolist(), values.tolist(), strict=True))
-            self._append_token(sequence, token, float(raw_logprobs[row, token]), top)
+            logprob = processed_logprob if self.logprobs_mode == "processed" else float(raw_logprobs[row, token])
+            self._append_token(sequence, token, logprob, top)
 
     def _append_token(self, sequence: _Sequence, token: int, logprob: float, top: list[tuple[int, float]]) -> None:
         params = sequence.params
@@ -513,6 +528,7 @@ class Engine:
     def _retire_finished(self) -> None:
         for sequence in self._running:
             if sequence.finish_reason == "abort":
+                self.stats.requests_cancelled += 1
                 self._finish(sequence, "abort", "")
         keep = [i for i, s in enumerate(self._running) if s.finish_reason is None]
         if len(keep) == len(self._running):

@@ -1,13 +1,14 @@
 """Per-request sampling parameters and the sampler.
 
 Each request owns a `torch.Generator`, so a seeded request draws the same random numbers whatever else
-shares its batch. Logprobs reported to clients are those of the raw model distribution (temperature 1,
-no top-p), the quantity an RL trainer recomputes with a forward pass; this matches vLLM's default
-`raw_logprobs` mode.
+shares its batch. By default the logprobs reported to clients are those of the raw model distribution
+(temperature 1, no top-p), the quantity an RL trainer recomputes with a forward pass (vLLM's default
+`raw_logprobs`); the engine's `logprobs_mode="processed"` reports the distribution actually sampled.
 """
 
 from __future__ import annotations
 
+import math
 import secrets
 from dataclasses import dataclass, field
 
@@ -39,16 +40,21 @@ class SamplingParams:
         return generator
 
 
-def sample_token(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> int:
-    """Draw one token id from a 1-D row of logits under temperature and nucleus (top-p) filtering."""
+def sample_token(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> tuple[int, float]:
+    """Draw one token id from a 1-D row of logits under temperature and nucleus (top-p) filtering.
+
+    Returns the token and its log-probability under the distribution it was actually drawn from
+    (after temperature and top-p renormalisation; 0.0 for greedy, which is deterministic).
+    """
     if params.greedy:
-        return int(torch.argmax(logits))
+        return int(torch.argmax(logits)), 0.0
     probs = torch.softmax(logits.float() / params.temperature, dim=-1)
     if params.top_p < 1.0:
         sorted_probs, sorted_ids = torch.sort(probs, descending=True)
         cumulative = torch.cumsum(sorted_probs, dim=-1)
         keep = (cumulative - sorted_probs) < params.top_p  # always keeps the most likely token
         sorted_probs = torch.where(keep, sorted_probs, torch.zeros_like(sorted_probs))
-        choice = torch.multinomial(sorted_probs, 1, generator=generator)
-        return int(sorted_ids[choice])
-    return int(torch.multinomial(probs, 1, generator=generator))
+        choice = int(torch.multinomial(sorted_probs, 1, generator=generator))
+        return int(sorted_ids[choice]), math.log(float(sorted_probs[choice] / sorted_probs.sum()))
+    token = int(torch.multinomial(probs, 1, generator=generator))
+    return token, math.log(float(probs[token]))

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import inspect
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
@@ -130,6 +132,10 @@ class ProxyRuntime:
     async def start(self) -> None:
         await asyncio.to_thread(self._open_durable_parts)
         self.upstream = UpstreamClient(self.config.upstreams)
+        # Everything loaded so far (FastAPI, pydantic, SQLAlchemy: ~10^5 objects) lives as long as the
+        # process: keep it out of the cyclic GC, whose full collections otherwise show up as p99 spikes.
+        gc.collect()
+        gc.freeze()
 
     def _open_durable_parts(self) -> None:
         self.spool.open()
@@ -180,11 +186,20 @@ class ProxyApp(FastAPI):
     hot_path: CompletionsEndpoint
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            endpoint = _HOT_PATHS.get(scope["path"])
-            if endpoint is not None:
-                return await self.hot_path(scope, receive, send, endpoint)
-        return await super().__call__(scope, receive, send)
+        if scope["type"] != "http":
+            return await super().__call__(scope, receive, send)
+        endpoint = _HOT_PATHS.get(scope["path"])
+        if endpoint is not None:
+            return await self.hot_path(scope, receive, send, endpoint)
+        started = time.perf_counter()
+
+        async def send_with_overhead(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                overhead = f"{(time.perf_counter() - started) * 1000:.3f}".encode()
+                message = {**message, "headers": [*message.get("headers", ()), (b"x-evolvable-overhead-ms", overhead)]}
+            await send(message)
+
+        return await super().__call__(scope, receive, send_with_overhead)
 
 
 def create_app(

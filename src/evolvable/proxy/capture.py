@@ -79,6 +79,14 @@ def strip_token_fields(reply: dict[str, Any], keep_token_ids: bool, keep_logprob
             choice["logprobs"] = None
 
 
+_TOKEN_MARKERS = (b"token_ids", b'"logprobs":{', b'"logprobs": {', b"prompt_logprobs")
+
+
+def has_token_fields(raw: bytes) -> bool:
+    """Cheap pre-check: can this reply (or these SSE events) hold fields to strip? Saves a parse when not."""
+    return any(marker in raw for marker in _TOKEN_MARKERS)
+
+
 class SSEStripper:
     """Rewrites an SSE byte stream event by event (removing token fields), holding back only a partial event."""
 
@@ -94,6 +102,8 @@ class SSEStripper:
             return b""
         sep = 4 if data[cut : cut + 4] == b"\r\n\r\n" else 2
         complete, self._pending = data[: cut + sep], data[cut + sep :]
+        if not has_token_fields(complete):
+            return complete
         out = []
         for line in complete.splitlines(keepends=True):
             if line.startswith(b"data:") and not line[5:].strip().startswith(b"[DONE]"):

@@ -20,7 +20,7 @@ import aiohttp
 import orjson
 
 from evolvable.errors import UpstreamError
-from evolvable.proxy.capture import SSEStripper, llm_step_id, strip_token_fields
+from evolvable.proxy.capture import SSEStripper, has_token_fields, llm_step_id, strip_token_fields
 from evolvable.proxy.errors import error_body
 from evolvable.proxy.hooks import Principal, SessionContext
 from evolvable.proxy.sessions import KEY_PREFIX, Session
@@ -357,7 +357,7 @@ class CompletionsEndpoint:
                 }
             else:
                 record["resp"] = reply
-                if injected and not (keep_ids and keep_lps):
+                if injected and not (keep_ids and keep_lps) and has_token_fields(raw):
                     shown = orjson.loads(raw)
                     strip_token_fields(shown, keep_ids, keep_lps)
                     out = orjson.dumps(shown)

@@ -64,9 +64,10 @@ class ProxyConfig:
     idle_sweep_interval_s: float = 5.0
     spool_dir: Path | None = None
     """None: `spool/` under the Evolvable home directory (EVOLVABLE_HOME)."""
-    spool_fsync: str = "batch"
-    """`batch`: group commit, one fsync per write batch (default); `interval`: at most every
-    `spool_fsync_interval_s`; `none`: leave it to the OS (survives kill -9, not power loss)."""
+    spool_fsync: str = "interval"
+    """`interval` (default): fdatasync at most every `spool_fsync_interval_s` (and when a segment closes);
+    `batch`: group commit, one fdatasync per write batch; `none`: leave it to the OS. All three survive
+    kill -9 (the page cache outlives the process); they differ only on power loss."""
     spool_fsync_interval_s: float = 0.05
     spool_queue_size: int = 4096
     spool_segment_bytes: int = 16 * 1024 * 1024
@@ -74,9 +75,9 @@ class ProxyConfig:
     writer_mode: str = "process"
     """`process`: the background writer runs in a forked, lower-priority process (default; capture work
     never competes with requests for the GIL); `thread`: inside the proxy process."""
-    writer_nice: int = 5
+    writer_nice: int = 10
     writer_batch_size: int = 256
-    writer_idle_s: float = 0.02
+    writer_idle_s: float = 0.05
     max_body_bytes: int = 16 * 1024 * 1024
     read_your_writes_timeout_s: float = 5.0
 

@@ -44,7 +44,8 @@ def _rt(request: Request) -> ProxyRuntime:
     return request.app.state.proxy
 
 
-async def _principal(request: Request) -> Principal:
+async def _caller(request: Request) -> tuple[Principal, Session | None]:
+    """The caller's principal, and its session when it authenticated with a session key."""
     auth = request.headers.get("authorization", "")
     bearer = auth[7:].strip() if auth[:7].lower() == "bearer " else None
     rt = _rt(request)
@@ -52,11 +53,15 @@ async def _principal(request: Request) -> Principal:
         session = rt.sessions.cached_by_key(bearer) or await asyncio.to_thread(rt.sessions.load_by_key, bearer)
         if session is None:
             raise APIError(401, "invalid session API key", "invalid_request_error", "invalid_api_key")
-        return Principal(tenant_id=session.tenant_id)
+        return Principal(tenant_id=session.tenant_id), session
     principal = await rt.authenticate(bearer)
     if principal is None:
         raise APIError(401, "invalid API key", "invalid_request_error", "invalid_api_key")
-    return principal
+    return principal, None
+
+
+async def _principal(request: Request) -> Principal:
+    return (await _caller(request))[0]
 
 
 async def _session(request: Request, session_id: str) -> Session:
@@ -315,7 +320,9 @@ async def end(session_id: str, request: Request) -> Response:
 @router.get("/v1/trajectories/{trajectory_id}")
 async def get_trajectory(trajectory_id: str, request: Request) -> Response:
     rt = _rt(request)
-    principal = await _principal(request)
+    principal, own = await _caller(request)
+    if own is not None and own.id != trajectory_id:  # a session key reads its own run only
+        raise APIError(404, f"trajectory {trajectory_id} not found", "invalid_request_error", "not_found")
     await rt.flush()
     try:
         trajectory = await asyncio.to_thread(rt.store.get_trajectory, trajectory_id, principal.tenant_id)
@@ -339,10 +346,11 @@ async def list_trajectories(
     cursor: str | None = None,
 ) -> Response:
     rt = _rt(request)
-    principal = await _principal(request)
+    principal, own = await _caller(request)
     await rt.flush()
     f = TrajectoryFilter(
         tenant_id=principal.tenant_id,
+        ids=[own.id] if own is not None else None,
         agent=agent,
         status=status,
         harness_version=harness_version,

@@ -127,16 +127,18 @@ class SpoolReader:
             seq, offset = text.split()
             return (int(seq), int(offset))
         except ValueError:
-            raise SpoolError(f"spool checkpoint {path} is unreadable; refusing to guess") from None
+            # Only a power cut can leave it damaged (it is replaced by rename). Replaying every segment
+            # still on disk is safe: the store ignores events it has already applied.
+            log.warning("spool checkpoint %s is unreadable; replaying the whole spool", path)
+            return (0, 0)
 
     def save_checkpoint(self, position: Position) -> None:
-        """Durably record that everything before `position` is in the store; delete applied segments."""
+        """Record that everything before `position` is in the store; delete applied segments.
+
+        Atomic (rename) but not fsynced: losing it in a power cut only means replaying records the
+        store already has, which it ignores by event id."""
         tmp = self.directory / (_CHECKPOINT + ".tmp")
-        with open(tmp, "w") as f:
-            f.write(f"{position[0]} {position[1]}\n")
-            f.flush()
-            if self.fsync:
-                os.fsync(f.fileno())
+        tmp.write_text(f"{position[0]} {position[1]}\n")
         os.replace(tmp, self.directory / _CHECKPOINT)
         for seq in list_segments(self.directory):
             if seq < position[0]:

@@ -108,13 +108,16 @@ class BackgroundWriter:
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
                 continue
-            if n:
+            if n >= self.batch_size:
                 idle = self.idle_s
-                continue
-            if should_stop():
+                continue  # a backlog: keep going
+            if n:
+                idle = self.idle_s  # a trickle: let a batch gather (fewer transactions, less CPU per record)
+            elif should_stop():
                 return
             time.sleep(idle)
-            idle = min(idle * 1.5, 0.1)
+            if not n:
+                idle = min(idle * 1.5, 0.1)
 
     def cycle(self) -> int:
         with self.reader.cycle_lock():
@@ -176,7 +179,7 @@ class BackgroundWriter:
 class WriterRunner:
     """Runs a BackgroundWriter in a forked child process (default) or a thread, and stops it cleanly."""
 
-    def __init__(self, writer: BackgroundWriter, mode: str = "process", nice: int = 5) -> None:
+    def __init__(self, writer: BackgroundWriter, mode: str = "process", nice: int = 10) -> None:
         self.writer, self.mode, self.nice = writer, mode, nice
         self._stop_thread = threading.Event()
         self._thread: threading.Thread | None = None
@@ -234,6 +237,10 @@ def _child_main(writer: BackgroundWriter, stop: Any, parent_pid: int, close_fds:
     if nice:
         with contextlib.suppress(OSError):
             os.nice(nice)
-    writer.store.engine.dispose(close=False)  # never share the parent's pooled connections
+    # Never share the parent's pooled connections: drop them (without closing the parent's sockets).
+    for holder in (writer.store, writer.governor, getattr(writer.governor, "store", None)):
+        engine = getattr(holder, "engine", None)
+        if isinstance(engine, sa.Engine):
+            engine.dispose(close=False)
     writer.run(lambda: stop.is_set() or os.getppid() != parent_pid)
     writer.store.engine.dispose()

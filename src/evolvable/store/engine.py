@@ -10,6 +10,7 @@ long-lived services. Both serialize JSON with orjson.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
@@ -29,10 +30,17 @@ class RawJSON(str):
     __slots__ = ()
 
 
+# A JSON-escaped NUL that is not itself an escaped backslash followed by "u0000".
+_ESCAPED_NUL = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
+
+
 def _dumps(value: Any) -> str:
-    if isinstance(value, RawJSON):
-        return value
-    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+    text = value if isinstance(value, RawJSON) else orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+    if "\\u0000" in text:
+        # PostgreSQL's jsonb rejects NUL characters, and model output or tool results can contain them:
+        # store U+FFFD instead, on both backends so they hold the same data.
+        text = _ESCAPED_NUL.sub(lambda m: m.group(1) + "\\ufffd", text)
+    return text
 
 
 def normalize_url(url: str) -> URL:

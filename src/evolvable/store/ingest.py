@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
+from functools import cache
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -48,6 +49,31 @@ def chunked(items: Sequence[T], size: int = CHUNK) -> Iterator[Sequence[T]]:
         yield items[start : start + size]
 
 
+@cache
+def _statements(dialect: str) -> dict[str, Any]:
+    """Statements built once per dialect: building Core constructs per call cost more CPU than running them."""
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    t, ledger = trajectories.c, applied_events.c
+    ids = sa.bindparam("ids", expanding=True)
+    row_exists = sa.select(t.id).where(t.id == ledger.trajectory_id).exists()
+    return {
+        "insert_steps": insert(steps).on_conflict_do_nothing(),
+        "insert_signals": insert(signals).on_conflict_do_nothing(),
+        "insert_trajectories": insert(trajectories).on_conflict_do_nothing(),
+        "insert_headers": insert(trajectories).on_conflict_do_nothing().returning(t.id),
+        "claim": insert(applied_events).on_conflict_do_nothing().returning(ledger.event_id),
+        "existing": sa.select(t.id, t.tenant_id, t.placeholder, t.status, t.ended_at, t.header).where(t.id.in_(ids)),
+        "purged": sa.select(ledger.trajectory_id).where(ledger.trajectory_id.in_(ids), ~row_exists).distinct(),
+        "headers": sa.select(t.id, t.header).where(t.id.in_(ids)),
+        "end": sa.update(trajectories)
+        .where(t.id == sa.bindparam("b_id"))
+        .values(status=sa.bindparam("b_status"), ended_at=sa.bindparam("b_ended_at"), header=sa.bindparam("b_header")),
+    }
+
+
 def dialect_insert(conn: sa.Connection, table: sa.Table) -> Any:
     """An INSERT that supports ON CONFLICT for the connection's dialect."""
     if conn.dialect.name == "postgresql":
@@ -59,7 +85,10 @@ def dialect_insert(conn: sa.Connection, table: sa.Table) -> Any:
 
 def apply(conn: sa.Connection, events: Sequence[AnyEvent]) -> int:
     """Apply events inside the caller's transaction; returns how many were new."""
-    batch = list({e.event_id: e for e in reversed(events)}.values())[::-1]  # first occurrence wins
+    first: dict[str, AnyEvent] = {}
+    for e in events:
+        first.setdefault(e.event_id, e)  # the first occurrence wins, in its original position
+    batch = list(first.values())
     if not batch:
         return 0
     trajectory_ids = list(dict.fromkeys(e.trajectory_id for e in batch))
@@ -78,28 +107,21 @@ def apply(conn: sa.Connection, events: Sequence[AnyEvent]) -> int:
     _write_headers(conn, starts, existing)
     _write_placeholders(conn, [e for e in new if e.trajectory_id not in existing and e.trajectory_id not in starts])
 
-    _insert_rows(conn, steps, [step_row(e.trajectory_id, e.step) for e in new if isinstance(e, StepAppended)])
-    _insert_rows(conn, signals, [signal_row(e.trajectory_id, e.signal) for e in new if isinstance(e, SignalAttached)])
+    sql = _statements(conn.dialect.name)
+    step_rows = [step_row(e.trajectory_id, e.step) for e in new if isinstance(e, StepAppended)]
+    if step_rows:  # (psycopg's pipelined executemany measured faster than INSERT .. SELECT unnest(arrays))
+        conn.execute(sql["insert_steps"], step_rows)
+    signal_rows = [signal_row(e.trajectory_id, e.signal) for e in new if isinstance(e, SignalAttached)]
+    if signal_rows:
+        conn.execute(sql["insert_signals"], signal_rows)
     _write_ends(conn, [e for e in new if isinstance(e, TrajectoryEnded)])
     return len(new)
 
 
-def _insert_rows(conn: sa.Connection, table: sa.Table, rows: list[dict[str, Any]]) -> None:
-    """Bulk insert in arrival order, skipping rows whose unique key is already stored.
-
-    (On PostgreSQL, psycopg's pipelined executemany measured faster than INSERT .. SELECT unnest(arrays).)
-    """
-    if rows:
-        conn.execute(dialect_insert(conn, table).on_conflict_do_nothing(), rows)
-
-
 def _existing(conn: sa.Connection, ids: Sequence[str]) -> dict[str, sa.Row[Any]]:
     out: dict[str, sa.Row[Any]] = {}
-    t = trajectories.c
     for part in chunked(ids):
-        for row in conn.execute(
-            sa.select(t.id, t.tenant_id, t.placeholder, t.status, t.ended_at, t.header).where(t.id.in_(part))
-        ):
+        for row in conn.execute(_statements(conn.dialect.name)["existing"], {"ids": list(part)}):
             out[row.id] = row
     return out
 
@@ -110,11 +132,8 @@ def _purged(conn: sa.Connection, missing: Sequence[str]) -> set[str]:
     One statement (one snapshot): a trajectory another writer creates meanwhile is not mistaken for purged.
     """
     out: set[str] = set()
-    ledger = applied_events.c
-    row_exists = sa.select(trajectories.c.id).where(trajectories.c.id == ledger.trajectory_id).exists()
     for part in chunked(missing):
-        query = sa.select(ledger.trajectory_id).where(ledger.trajectory_id.in_(part), ~row_exists).distinct()
-        out.update(conn.scalars(query))
+        out.update(conn.scalars(_statements(conn.dialect.name)["purged"], {"ids": list(part)}))
     return out
 
 
@@ -132,8 +151,7 @@ def _claim(conn: sa.Connection, batch: Sequence[AnyEvent]) -> set[str]:
             )
         )
     rows = [{"event_id": e.event_id, "trajectory_id": e.trajectory_id, "applied_at": now} for e in ordered]
-    stmt = dialect_insert(conn, applied_events).on_conflict_do_nothing().returning(applied_events.c.event_id)
-    return set(conn.scalars(stmt, rows))
+    return set(conn.scalars(_statements(conn.dialect.name)["claim"], rows))
 
 
 _PG_CLAIM = sa.text(
@@ -166,8 +184,7 @@ def _write_headers(conn: sa.Connection, starts: dict[str, TrajectoryStarted], ex
     fresh = sorted((header_row(e.header) for tid, e in starts.items() if tid not in existing), key=lambda r: r["id"])
     inserted: set[str] = set()
     if fresh:
-        stmt = dialect_insert(conn, trajectories).on_conflict_do_nothing().returning(trajectories.c.id)
-        inserted = set(conn.scalars(stmt, fresh))
+        inserted = set(conn.scalars(_statements(conn.dialect.name)["insert_headers"], fresh))
     raced = [row["id"] for row in fresh if row["id"] not in inserted]  # another writer made it meanwhile
     rows = dict(existing) | _existing(conn, raced)
     for tid, e in starts.items():
@@ -205,26 +222,20 @@ def _write_placeholders(conn: sa.Connection, orphans: Sequence[AnyEvent]) -> Non
         }
         for tid, e in sorted(first.items())
     ]
-    conn.execute(dialect_insert(conn, trajectories).on_conflict_do_nothing(), rows)
+    conn.execute(_statements(conn.dialect.name)["insert_trajectories"], rows)
 
 
 def _write_ends(conn: sa.Connection, ends: Sequence[TrajectoryEnded]) -> None:
     if not ends:
         return
-    t = trajectories.c
     final: dict[str, dict[str, Any]] = {}
     ids = list(dict.fromkeys(e.trajectory_id for e in ends))
     for part in chunked(ids):
-        for row in conn.execute(sa.select(t.id, t.header).where(t.id.in_(part))):
+        for row in conn.execute(_statements(conn.dialect.name)["headers"], {"ids": list(part)}):
             final[row.id] = {"b_id": row.id, "b_header": dict(row.header)}
     for e in ends:
         values = final[e.trajectory_id]
         values["b_status"], values["b_ended_at"] = e.status.value, e.ended_at
         if e.metadata:
             values["b_header"]["metadata"] = {**values["b_header"].get("metadata", {}), **e.metadata}
-    stmt = (
-        sa.update(trajectories)
-        .where(t.id == sa.bindparam("b_id"))
-        .values(status=sa.bindparam("b_status"), ended_at=sa.bindparam("b_ended_at"), header=sa.bindparam("b_header"))
-    )
-    conn.execute(stmt, list(final.values()))
+    conn.execute(_statements(conn.dialect.name)["end"], list(final.values()))

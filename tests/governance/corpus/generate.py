@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (templates and value generators read best as one line each)
 """Generates the labeled redaction corpus: realistic agent traffic with planted values and hard negatives.
 
     python tests/governance/corpus/generate.py            # rewrites redaction_corpus.jsonl (fixed seed)
@@ -37,12 +38,43 @@ A62 = string.ascii_letters + string.digits
 B64 = A62 + "+/"
 URLSAFE = A62 + "-_"
 
-FIRST = (
-    ["Maria", "James", "Aisha", "Wei", "Olga", "Lucas", "Priya", "Kenji", "Fatima", "Noah", "Chloe", "Mateo", "Ingrid", "Ravi", "Sofia", "Daniel", "Amara", "Tomasz"]
-)
-LAST = (
-    ["Gonzalez", "Whitfield", "Okafor", "Zhang", "Petrova", "Moreau", "Raman", "Tanaka", "Haddad", "Becker", "Dubois", "Silva", "Larsen", "Iyer", "Rossi"]
-)
+FIRST = [
+    "Maria",
+    "James",
+    "Aisha",
+    "Wei",
+    "Olga",
+    "Lucas",
+    "Priya",
+    "Kenji",
+    "Fatima",
+    "Noah",
+    "Chloe",
+    "Mateo",
+    "Ingrid",
+    "Ravi",
+    "Sofia",
+    "Daniel",
+    "Amara",
+    "Tomasz",
+]
+LAST = [
+    "Gonzalez",
+    "Whitfield",
+    "Okafor",
+    "Zhang",
+    "Petrova",
+    "Moreau",
+    "Raman",
+    "Tanaka",
+    "Haddad",
+    "Becker",
+    "Dubois",
+    "Silva",
+    "Larsen",
+    "Iyer",
+    "Rossi",
+]
 DOMAINS = ["example.com", "acme-corp.io", "mail.example.org", "globex.co.uk", "initech.net", "umbrella.health"]
 
 
@@ -247,6 +279,8 @@ TEMPLATES: dict[str, list[str]] = {
         "Our Anthropic key is [[ANTHROPIC_KEY]] and the Google Maps key is [[GOOGLE_API_KEY]]; usage was [[NUMBER]] today.",
         "Wire [[PRICE]] to [[IBAN]] (beneficiary [[PERSON]]), invoice [[INVOICE]], due [[DATE]].",
         "Your password must be at least [[NUMBER]] characters; the reset token expires after [[NUMBER]] minutes. Contact [[EMAIL]].",
+        "Thanks!\n--\n[[PERSON]] | Head of Ops\nM: [[PHONE]] | E: [[EMAIL]]\nSent from my phone on [[DATE]]",
+        'From: "[[PERSON]]" <[[EMAIL]]>\nSubject: Re: ticket [[REQUEST_ID]] (order [[ORDER_ID]])\n\nThe charge of [[PRICE]] on [[DATE]] is wrong.',
     ],
     "tool_call": [
         '{"id": "[[REQUEST_ID]]", "type": "function", "function": {"name": "lookup_customer", "arguments": "{\\"email\\": \\"[[EMAIL]]\\", \\"order_id\\": \\"[[ORDER_ID]]\\"}"}}',
@@ -303,6 +337,8 @@ TEMPLATES: dict[str, list[str]] = {
         "curl -s -H 'Authorization: Bearer [[SECRET_TOKEN]]' https://api.example.com/v1/orders/[[ORDER_ID]] -d '{\"sku\": \"[[SKU]]\"}'",
         'requests.post(url, json={"password": "[[PASSWORD]]", "username": "[[EMAIL]]", "retries": [[NUMBER]]})',
         "mysql -h [[PRIVATE_IP]] -P [[PORT]] -u root --password=[[PASSWORD]] orders < dump_[[DATE]].sql",
+        "docker run -d -e POSTGRES_PASSWORD=[[PASSWORD]] -e TZ=UTC -p [[PORT]]:5432 postgres@[[HEX_DIGEST]]",
+        "GET /v1/orders/[[ORDER_ID]] HTTP/1.1\nHost: api.example.com\nX-API-Key: [[SECRET_TOKEN]]\nX-Request-Id: [[UUID]]\nX-Forwarded-For: [[IP_ADDRESS]], [[PRIVATE_IP]]\nUser-Agent: acme-agent/[[VERSION]]",
         'const token = "[[GITHUB_TOKEN]]"; // expires [[TIMESTAMP]]\nconst octokit = new Octokit({ auth: token, userAgent: "acme/[[VERSION]]" });',
     ],
 }

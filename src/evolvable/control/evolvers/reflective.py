@@ -66,6 +66,8 @@ class EvolverModel:
 
 
 def _hint(label: str) -> str:
+    if label.startswith("unmet:"):
+        return f"The task is only done when this holds: {label.removeprefix('unmet:').replace('_', ' ')}."
     return LABEL_HINTS.get(label, f"Avoid this failure: {label.replace('_', ' ')}.")
 
 

@@ -7,8 +7,10 @@ raw PII when its analyzer errored).
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,15 +86,20 @@ class Redaction:
 
 
 def resolve_overlaps(findings: list[Finding]) -> list[Finding]:
-    """Keeps the highest-priority (then longest) finding of each overlapping group, in text order."""
+    """Keeps the highest-priority (then longest) finding of each overlapping group, in text order (O(n log n))."""
     if len(findings) <= 1:
         return findings
     ranked = sorted(findings, key=lambda f: (-f.priority, f.start - f.end, f.start))
+    starts: list[int] = []  # kept findings, sorted by start; they never overlap each other
     kept: list[Finding] = []
     for f in ranked:
-        if all(f.end <= k.start or f.start >= k.end for k in kept):
-            kept.append(f)
-    kept.sort(key=lambda f: f.start)
+        i = bisect.bisect_left(starts, f.start)
+        if i < len(kept) and kept[i].start < f.end:
+            continue  # the next kept finding starts inside f
+        if i > 0 and kept[i - 1].end > f.start:
+            continue  # the previous kept finding reaches into f
+        starts.insert(i, f.start)
+        kept.insert(i, f)
     return kept
 
 
@@ -118,6 +125,7 @@ class RedactionEngine:
             self.recognizers.append(SpacyPersonRecognizer(ner_model))
         self.on_failure: FailureHook = on_failure or _log_failure
         self._plan = _keyword_plan(self.recognizers)
+        self._always = [step for step in self._plan[0] if step[1] is None and step[2] is None]
 
     # ----------------------------------------------------------------- text
 
@@ -127,14 +135,15 @@ class RedactionEngine:
             return []
         lowered = text.lower()
         plan, exact_re, lower_re = self._plan
-        exact_hits = {k for k in exact_re if k in text}
-        lower_hits = {k for k in lower_re if k in lowered}
+        exact_hits = _hits(exact_re, text)
+        lower_hits = _hits(lower_re, lowered)
         found: list[Finding] = []
-        for recognizer, exact, lower in plan:
-            if (exact is not None and exact.isdisjoint(exact_hits)) or (
-                lower is not None and lower.isdisjoint(lower_hits)
-            ):
-                continue  # gitleaks-style pre-filter: none of its keywords occurs, so its regex cannot match
+        for recognizer, exact, lower in plan if (exact_hits or lower_hits) else self._always:
+            # gitleaks-style pre-filter: none of its keywords occurs, so its regex cannot match
+            if exact is not None and exact.isdisjoint(exact_hits):
+                continue
+            if lower is not None and lower.isdisjoint(lower_hits):
+                continue
             try:
                 found.extend(recognizer.find(text, lowered))
             except Exception as err:
@@ -202,7 +211,12 @@ class RedactionEngine:
             else:
                 result = self.redact(value, placeholders)
             return result.text, result.changed
-        if isinstance(value, bool) or value is None or isinstance(value, float):
+        if isinstance(value, bool) or value is None:
+            return value, False
+        numeric_password = isinstance(value, int | float) and key is not None and key_kind(key) == "password"
+        if numeric_password and _secret_value_ok("password", str(value)):  # `{"pwd": 48151623}` is a secret too
+            return placeholders.placeholder("SECRET", str(value)), True
+        if isinstance(value, float):
             return value, False
         if isinstance(value, int):
             if abs(value) < 10**8:
@@ -235,19 +249,51 @@ class RedactionEngine:
             log.exception("redaction failure hook raised")
 
 
-_Plan = tuple[list[tuple[Recognizer, frozenset[str] | None, frozenset[str] | None]], tuple[str, ...], tuple[str, ...]]
+_Keywords = tuple[re.Pattern[str], dict[str, frozenset[str]], tuple[str, ...]] | None
+_Plan = tuple[list[tuple[Recognizer, frozenset[str] | None, frozenset[str] | None]], _Keywords, _Keywords]
 
 
 def _keyword_plan(recognizers: Sequence[Recognizer]) -> _Plan:
-    """Every distinct keyword is tested once per text (a C substring search), then each recognizer runs only if
-    one of its keywords occurred."""
+    """One regex scan per case finds which keywords occur; only the recognizers with a keyword present run."""
     plan = [
         (r, frozenset(getattr(r, "exact_keywords", ())) or None, frozenset(getattr(r, "keywords", ())) or None)
         for r in recognizers
     ]
-    exact_all = tuple(sorted({k for r in recognizers for k in getattr(r, "exact_keywords", ())}))
-    lower_all = tuple(sorted({k for r in recognizers for k in getattr(r, "keywords", ())}))
-    return plan, exact_all, lower_all
+    exact_all = sorted({k for r in recognizers for k in getattr(r, "exact_keywords", ())}, key=len, reverse=True)
+    lower_all = sorted({k for r in recognizers for k in getattr(r, "keywords", ())}, key=len, reverse=True)
+    return plan, _gate(exact_all), _gate(lower_all)
+
+
+def _gate(keywords: list[str]) -> _Keywords:
+    """Longest keyword first; a hit implies every keyword it contains (`password` -> `pass`). A keyword that could
+    start inside another one's match (`ss#` after `pass`) is also tested on its own, as findall does not overlap."""
+    if not keywords:
+        return None
+    pattern = re.compile("|".join(re.escape(k) for k in keywords))
+    implied = {k: frozenset(j for j in keywords if j in k) for k in keywords}
+    overlapping = tuple(
+        b
+        for b in keywords
+        if any(a != b and b not in a and any(a.endswith(b[:i]) for i in range(1, len(b))) for a in keywords)
+    )
+    return pattern, implied, overlapping
+
+
+def _overlaps(a: str, b: str) -> bool:
+    """Whether `b` can start inside an occurrence of `a` and run past its end."""
+    return a != b and b not in a and any(a.endswith(b[:i]) for i in range(1, len(b)))
+
+
+def _hits(keywords: _Keywords, text: str) -> frozenset[str] | set[str]:
+    if keywords is None:
+        return set()
+    pattern, implied, overlapping = keywords
+    found = pattern.findall(text)
+    if not found:
+        return set()
+    hits = set().union(*(implied[h] for h in set(found)))
+    hits.update(k for k in overlapping if k not in hits and k in text)
+    return hits
 
 
 def apply_findings(text: str, findings: Sequence[Finding], placeholders: PlaceholderMap) -> str:

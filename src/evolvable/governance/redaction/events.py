@@ -21,6 +21,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
+from evolvable.errors import RedactionFailed
 from evolvable.governance.redaction.engine import FAILED_MARKER, PlaceholderMap, RedactionEngine, default_engine
 from evolvable.protocol.models import (
     SignalAttached,
@@ -54,13 +55,9 @@ class EventRedactor:
 
     def redact_events(self, events: Sequence[AnyEvent]) -> list[AnyEvent]:
         """Returns redacted copies in the same order. Fails closed per event: content that cannot be redacted is
-        replaced by `<REDACTION_FAILED>` (and the engine's failure hook is called); nothing passes through raw."""
-        out: list[AnyEvent] = []
-        for event in events:
-            redacted = self._redact_event(event)
-            if redacted is not None:
-                out.append(redacted)
-        return out
+        replaced by `<REDACTION_FAILED>` (and the engine's failure hook is called); nothing passes through raw.
+        Raises RedactionFailed only if an event can be neither redacted nor scrubbed (the caller drops it)."""
+        return [self._redact_event(event) for event in events]
 
     def redact_trajectory(self, trajectory: Trajectory, placeholders: PlaceholderMap | None = None) -> Trajectory:
         """Redacts a whole trajectory (imports, re-redaction of stored data) with one placeholder map."""
@@ -90,7 +87,7 @@ class EventRedactor:
 
     # ----------------------------------------------------------------- events
 
-    def _redact_event(self, event: AnyEvent) -> AnyEvent | None:
+    def _redact_event(self, event: AnyEvent) -> AnyEvent:
         placeholders = self.placeholders_for(event.trajectory_id)
         try:
             return _apply(event, _EngineRedactor(self.engine, placeholders))
@@ -100,7 +97,7 @@ class EventRedactor:
             return _apply(event, _Scrubber())
         except Exception as err:
             self.engine.report_failure("event", err)
-            return None  # cannot even scrub it: drop rather than store it in the clear
+            raise RedactionFailed(f"event {event.event_id} can be neither redacted nor scrubbed") from err
 
 
 def _apply(event: AnyEvent, r: _Redactor) -> AnyEvent:

@@ -65,9 +65,15 @@ class RegexRecognizer:
             return ()
         if self.exact_keywords and not any(k in text for k in self.exact_keywords):
             return ()
-        out: list[Finding] = []
-        self.scan(text, lowered, 0, len(text), out)
-        return out
+        if self.on_lowered:
+            out: list[Finding] = []
+            self.scan(text, lowered, 0, len(text), out)
+            return out
+        validate, group, kind, priority = self.validate, self.group, self.kind, self.priority
+        if validate is None:
+            return [Finding(*m.span(group), kind, priority) for m in self.pattern.finditer(text)]
+        spans = [validate(text, m) for m in self.pattern.finditer(text)]
+        return [Finding(span[0], span[1], kind, priority) for span in spans if span is not None and span[1] > span[0]]
 
     def scan(self, text: str, lowered: str, pos: int, endpos: int, out: list[Finding]) -> None:
         pattern, subject = self.pattern, text
@@ -113,8 +119,11 @@ class NumberRecognizer:
         n = len(text)
         for window in _NUMBER_RUN.finditer(text):
             run = window.group()
+            dots = run.count(".")
+            if len(run) < 10 and dots < 3 and "+" not in run:
+                continue  # too short for a phone, card or SSN, too few dots for an IPv4 address
             start, end = window.start(), min(n, window.end() + 2)  # +2: let look-aheads see what follows
-            dots, dashes = run.count("."), run.count("-")
+            dashes = run.count("-")
             digits = len(run) - dots - dashes - run.count(" ") - run.count("(") - run.count(")") - run.count("+")
             if "+" in run:
                 self.intl_phone.scan(text, lowered, start, end, out)
@@ -132,14 +141,10 @@ class NumberRecognizer:
 
     def _bare_phone(self, text: str, lowered: str, start: int, end: int, out: list[Finding]) -> None:
         """A phone number written without separators counts only after a phone word (`call 4155550123`)."""
-        before = (
-            lowered[max(0, start - 24) : start]
-            if len(lowered) == len(text)
-            else text[max(0, start - 24) : start].lower()
-        )
-        if "\n" in before:
-            before = before.rsplit("\n", 1)[1]
-        if not any(word in before for word in _PHONE_WORDS) or not free_left(text, start):
+        before = text[max(0, start - 24) : start].lower()
+        if not any(word in before for word in _PHONE_WORDS) or not _PHONE_WORD.search(before):
+            return
+        if not free_left(text, start):
             return
         if end < len(text) and (text[end].isalnum() or text[end] == "_"):
             return
@@ -226,7 +231,7 @@ def _phone_us(text: str, m: re.Match[str]) -> tuple[int, int] | None:
     return m.span() if v.nanp_ok(_digits(m.group())) else None
 
 
-_IBAN = re.compile(r"[A-Z]{2}\d{2}(?:[ ]?[A-Z0-9]{4}){2,7}(?:[ ]?[A-Z0-9]{1,3})?(?![A-Za-z0-9])")
+_IBAN = re.compile(r"[A-Z][A-Z]\d\d(?:[ ]?[A-Z0-9]{4}){2,7}(?:[ ]?[A-Z0-9]{1,3})?(?![A-Za-z0-9])")
 
 
 def _iban(text: str, m: re.Match[str]) -> tuple[int, int] | None:
@@ -450,7 +455,7 @@ def secret_recognizers() -> list[Recognizer]:
                 r"(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]{1,30}://[^\s:/@\"'<>\\]{0,128}:"
                 r"(?P<secret>[^\s/\"'<>\\]{1,256})@(?=[A-Za-z0-9\[:])"
             ),
-            exact_keywords=("://",),
+            exact_keywords=("@",),
             group="secret",
             priority=85,
         ),
@@ -470,9 +475,19 @@ def secret_recognizers() -> list[Recognizer]:
 
 # A key hint directly followed by the rest of the key and a separator (`:`/`=`, or a space after a CLI flag);
 # matched on the lowered text, with a possessive run so misses fail without backtracking.
+# Keys ending in a common non-secret word (`max_tokens`, `key_id`, `token_url`) are dropped by look-behinds in C
+# before any Python runs; `key_kind` makes the full decision for the rest.
+_COMMON_NON_SECRET_ENDINGS = "".join(
+    f"(?<!{re.escape(ending)})"
+    for ending in (
+        "tokens", "_id", "_ids", "_url", "_uri", "_ttl", "_count", "_type", "_name", "_path", "_file", "_limit",
+        "_size", "_length", "_version", "_prefix", "_at", "_expires", "keys", "_usage", "_header",
+    )
+)  # fmt: skip
 _KEY_HINT = re.compile(
-    r"""(?:pass|pwd|secret|token|credential|key|auth|pw)(?P<rest>[a-z0-9_.\-]{0,64}+)(?:\\{0,3}["'])?"""
-    r"""(?:[ \t]*[:=]| (?=\S))"""
+    r"""(?:pass|pwd|secret|token|credential|key|auth|pw)(?P<rest>[a-z0-9_.\-]{0,64}+)"""
+    + _COMMON_NON_SECRET_ENDINGS
+    + r"""(?:\\{0,3}["'])?(?:[ \t]*[:=]| (?=\S))"""
 )
 _KEY_LEFT_REVERSED = re.compile(r"[A-Za-z0-9_.\-]{0,64}")
 _KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")

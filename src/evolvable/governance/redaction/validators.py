@@ -134,11 +134,17 @@ def nanp_ok(digits: str) -> bool:
     return len(digits) == 10 and digits[0] not in "01" and digits[3] not in "01"
 
 
+_C_LOG_C = [0.0] + [c * math.log2(c) for c in range(1, 1025)]
+
+
 def shannon_entropy(text: str) -> float:
     if not text:
         return 0.0
     n = len(text)
-    return math.log2(n) - sum(c * math.log2(c) for c in Counter(text).values()) / n
+    counts = Counter(text).values()
+    if n < len(_C_LOG_C):
+        return math.log2(n) - sum(map(_C_LOG_C.__getitem__, counts)) / n
+    return math.log2(n) - sum(c * math.log2(c) for c in counts) / n
 
 
 _LOWER = frozenset("abcdefghijklmnopqrstuvwxyz")

@@ -20,6 +20,7 @@ from evolvable.workloads.support_desk.harnesses import (
     tool_specs,
     weak_harness,
 )
+from evolvable.workloads.support_desk.report import comparison_table, plot_comparison
 from evolvable.workloads.support_desk.tasks import (
     ADVERSARIAL_INTENTS,
     ALL_INTENTS,
@@ -65,6 +66,7 @@ __all__ = [
     "ToolError",
     "TurnRecord",
     "Verdict",
+    "comparison_table",
     "default_harness",
     "evaluate",
     "exemplar_from_outputs",
@@ -74,6 +76,7 @@ __all__ = [
     "oracle_exemplars",
     "oracle_outputs",
     "parse_action",
+    "plot_comparison",
     "replay",
     "run_episode",
     "safety_verdict",

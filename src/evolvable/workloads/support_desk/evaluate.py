@@ -113,6 +113,7 @@ def evaluate(
     temperature: float = 0.0,
     apply_harness: Literal["client", "proxy"] = "client",
     timeout_s: float = 300.0,
+    seed: int | None = None,
     on_episode: Callable[[EpisodeResult], Any] | None = None,
 ) -> EvalReport:
     """Run every task once and summarise.
@@ -120,6 +121,7 @@ def evaluate(
     `endpoint` is an OpenAI-compatible base URL (with /v1). `record`: True opens a proxy
     session per episode (the endpoint must be an Evolvable proxy), False never does (an
     evaluation should not become training data by accident), None detects it.
+    `seed`: episode i samples with seed + i (reproducible sampling at temperature > 0).
     `on_episode` is called after each episode (progress bars).
     """
     import time
@@ -128,7 +130,7 @@ def evaluate(
     started = time.perf_counter()
     episodes: list[EpisodeResult] = []
 
-    def one(task: Task) -> EpisodeResult:
+    def one(index: int, task: Task) -> EpisodeResult:
         return run_episode(
             client,
             model,
@@ -136,13 +138,14 @@ def evaluate(
             harness,
             max_turns=max_turns,
             temperature=temperature,
+            seed=None if seed is None else seed + index,
             proxy_session=record,
             apply_harness=apply_harness,
             max_tokens=max_tokens,
         )
 
     with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-        futures = [pool.submit(one, t) for t in tasks]
+        futures = [pool.submit(one, i, t) for i, t in enumerate(tasks)]
         for future in as_completed(futures):
             episode = future.result()
             episodes.append(episode)

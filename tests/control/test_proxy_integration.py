@@ -1,0 +1,96 @@
+"""The control plane inside the real proxy: the harness is applied to live traffic, the trajectory
+records the version it ran under, and the control API is served next to the OpenAI endpoints."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import httpx
+import openai
+import uvicorn
+from tests.workloads.mock_openai import MockOpenAI
+from tests.workloads.proxy_helpers import wait_for_store
+
+from evolvable.control import ControlPlane, HarnessRouter, PolicySpec, create_control_router
+from evolvable.protocol.harness import MemoryExemplar
+from evolvable.protocol.models import ChatMessage
+from evolvable.proxy.app import create_app
+from evolvable.proxy.config import ProxyConfig, UpstreamConfig
+from evolvable.store import Store
+from evolvable.workloads.support_desk.agent import run_episode
+from evolvable.workloads.support_desk.harnesses import oracle_outputs, weak_harness
+from evolvable.workloads.support_desk.tasks import generate_tasks
+
+
+@contextmanager
+def proxy_with_control(upstream: str, store: Store, tmp_path, router, plane) -> Iterator[tuple[str, object]]:
+    config = ProxyConfig(
+        upstreams=[UpstreamConfig(name="up", base_url=upstream, timeout_s=60.0)],
+        default_upstream="up",
+        spool_dir=tmp_path / "spool",
+        writer_mode="thread",
+    )
+    app = create_app(config, store, rewriter=router, routers=[create_control_router(plane, router)])
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "proxy did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1", app.state.proxy
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        sock.close()
+
+
+def test_proxy_applies_the_active_harness_and_records_its_version(tmp_path) -> None:
+    task = generate_tasks("train", 1, seed=5, intents=["order_status"])[0]
+    outputs = oracle_outputs(task)
+    example = generate_tasks("train", 1, seed=6, intents=["order_status"])[0]
+    exemplar = MemoryExemplar(
+        id="ex1",
+        cluster="order_status",
+        task_input=example.prompt(),
+        messages=[ChatMessage(role="user", content=example.prompt()), ChatMessage(role="assistant", content="ok")],
+    )
+    harness = weak_harness().model_copy(update={"memory": [exemplar], "memory_k": 1, "system_prompt": "EVOLVED."})
+
+    def respond(messages):
+        turn = sum(1 for m in messages if m["role"] == "assistant") - 1  # minus the exemplar's answer
+        return outputs[min(max(turn, 0), len(outputs) - 1)]
+
+    store = Store.open(f"sqlite:///{tmp_path / 'p.db'}")
+    router = HarnessRouter(store.engine, refresh_interval_s=3600)
+    plane = ControlPlane(store, router=router)
+    active, policy = plane.bootstrap(harness, PolicySpec(base_model="mock", lora_name="desk-lora"))
+    try:
+        with (
+            MockOpenAI(respond) as upstream,
+            proxy_with_control(upstream.base_url, store, tmp_path, router, plane) as (url, runtime),
+        ):
+            client = openai.OpenAI(base_url=url, api_key="x")
+            result = run_episode(client, "smollm2", task, None, proxy_session=True, apply_harness="proxy")
+            assert result.success, result.verdict
+            first = upstream.chat_requests[0]
+            assert first["model"] == "desk-lora"  # the alias was routed to the active policy version
+            assert first["messages"][0]["role"] == "system" and first["messages"][0]["content"].startswith("EVOLVED.")
+            assert first["messages"][1]["content"] == example.prompt()  # memory retrieved by cluster
+            wait_for_store(runtime)
+            stored = store.get_trajectory(result.session_id)
+            assert stored.harness_version == active.id and stored.policy_version == policy.id
+            base = url.removesuffix("/v1")
+            got = httpx.get(f"{base}/v1/agents/support-desk/harness").json()
+            assert got["harness_version"] == active.id
+            status = httpx.get(f"{base}/v1/control/status").json()
+            assert status["support-desk"]["runs"] == 1 and status["support-desk"]["success_rate"] == 1.0
+    finally:
+        store.close()
