@@ -61,7 +61,8 @@ def start_policy_server(model: str) -> tuple[subprocess.Popen, str]:
     exe = Path(sys.executable).with_name("evolvable")
     proc = subprocess.Popen(
         [str(exe), "policy-server", "--model", model, "--port", str(port), "--max-batch", "16"],
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        # PASSIVE: torch's spinning OpenMP threads otherwise starve each other on shared cores.
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_WAIT_POLICY": "PASSIVE"},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -164,9 +165,9 @@ def run_arm(
 
 def write_results(args: argparse.Namespace, runner: SupportDeskRunner, results: list[dict], total_s: float) -> None:
     """Written after every arm, so a long run that is cut short still leaves what it measured."""
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     payload = {"args": vars(args), "episodes_run": runner.episodes_run, "total_s": total_s, "arms": results}
-    RESULTS.write_text(json.dumps(payload, indent=2, default=str))
+    args.out.write_text(json.dumps(payload, indent=2, default=str))
 
 
 def main() -> None:
@@ -178,6 +179,7 @@ def main() -> None:
     parser.add_argument("--holdout", type=int, default=18)
     parser.add_argument("--safety", type=int, default=9)
     parser.add_argument("--arms", default="static,auto,memory,skill,prompt,tool")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="Where the JSON results go.")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--max-turns", type=int, default=4)
     parser.add_argument("--concurrency", type=int, default=16)
@@ -248,7 +250,7 @@ def main() -> None:
         )
     console.print(table)
     write_results(args, runner, results, total_s)
-    console.print(f"{runner.episodes_run} episodes in {total_s:.0f} s; wrote {RESULTS}")
+    console.print(f"{runner.episodes_run} episodes in {total_s:.0f} s; wrote {args.out}")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ Same prompts, same fixed completion length (greedy, EOS ignored so every request
 - the policy server over HTTP (its own process, started with the CLI) at concurrency 1, 8 and 32,
   a closed loop of max(`--requests`, concurrency) requests per level through the `openai` client.
 
-    .venv/bin/python benchmarks/policy_server.py [--max-tokens 16] [--requests 8] [--sequential-requests 4]
+    .venv/bin/python benchmarks/policy_server.py [--max-tokens 32] [--requests 16] [--sequential-requests 4]
 
 Reports wall-clock tokens/s and tokens per CPU-second of the generating process (the server's CPU
 time for HTTP rows, which leaves out the client): on shared cores the second is the steadier
@@ -167,12 +167,13 @@ def warm_up(model: Any, tokenizer: Any) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--max-tokens", type=int, default=16)
-    parser.add_argument("--requests", type=int, default=8, help="requests per level (at least the concurrency)")
+    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--requests", type=int, default=16, help="requests per level (at least the concurrency)")
     parser.add_argument("--sequential-requests", type=int, default=4, help="requests for the one-at-a-time rows")
     parser.add_argument("--max-batch", type=int, default=32, help="the server's --max-batch")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the CLI does, before torch loads OpenMP
 
     import httpx
     from rich.console import Console

@@ -16,6 +16,9 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Idle OpenMP threads must sleep, not spin: with several torch processes on 2 cores, spinning
+# made generation ~30x slower (docs/policy_server.md). Must be set before torch is imported.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 POSTGRES_ADMIN_URL = os.environ.get("EVOLVABLE_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 

@@ -88,7 +88,7 @@ def test_public_names_import() -> None:
 
 
 def test_unmet_verifier_checks_become_failure_labels() -> None:
-    from evolvable.control.evolvers.reflective import _hint
+    from evolvable.control.evolvers.reflective import _hint, _hints
     from evolvable.protocol.models import Signal, SignalKind
 
     t = make_trajectory(cluster="refund", success=False, harness_version=None)
@@ -97,3 +97,7 @@ def test_unmet_verifier_checks_become_failure_labels() -> None:
     ]
     assert summarize(t).failure_labels == ["unmet:refunded_order"]
     assert _hint("unmet:refunded_order") == "The task is only done when this holds: refunded order."
+    assert _hints({"unmet:refunded_order": 2, "unmet:replied": 1, "wrong_tool": 1}) == [
+        "The task is only done when: refunded order, replied.",
+        "Pick the tool that matches the request before replying.",
+    ]

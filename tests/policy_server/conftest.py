@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from tests.policy_server.helpers import Served, serve
+
+# Sleeping, not spinning, OpenMP threads (as the CLI sets); only effective if torch is not loaded yet.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 @pytest.fixture(scope="session")

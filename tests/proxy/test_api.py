@@ -327,3 +327,24 @@ def test_a_session_key_reads_only_its_own_run(lite_proxy: ProxyServer) -> None:
     _error(httpx.get(f"{lite_proxy.url}/v1/trajectories/{other['id']}", headers=_auth(mine)), 404)
     listed = httpx.get(f"{lite_proxy.url}/v1/trajectories", headers=_auth(mine)).json()["data"]
     assert [t["id"] for t in listed] == [mine["id"]]
+
+
+def test_odd_messages_do_not_lose_the_call(lite_proxy: ProxyServer, sqlite_store: Store) -> None:
+    body = {"model": "mock", "messages": [{"role": "ipython", "content": "x"}, {"role": "user", "content": "hi"}]}
+    r = httpx.post(f"{lite_proxy.url}/v1/chat/completions", json=body)
+    assert r.status_code == 200
+    lite_proxy.flush()
+    step = sqlite_store.get_trajectory(r.headers["x-evolvable-trajectory-id"]).steps[0]
+    assert [m.role for m in step.request_messages] == ["user"] and step.metadata["unparsed_messages"] == 1
+
+
+def test_writer_in_a_thread_captures_the_same(proxy_factory: Any, sqlite_store: Store) -> None:
+    proxy = proxy_factory(sqlite_store, config={"writer_mode": "thread"})
+    session = new_session(proxy)
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=session["api_key"])
+    client.chat.completions.create(model="mock", messages=[{"role": "user", "content": "hi"}])
+    httpx.post(f"{proxy.url}/v1/sessions/{session['id']}/end", headers=_auth(session), json={"status": "completed"})
+    proxy.flush()
+    t = sqlite_store.get_trajectory(session["id"])
+    assert t.status == TrajectoryStatus.completed and len(t.llm_calls()) == 1
+    assert httpx.get(f"{proxy.url}/v1/proxy/status").json()["writer_mode"] == "thread"

@@ -25,6 +25,9 @@ def policy_server(
     import os
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    # Before torch loads OpenMP: idle OpenMP threads sleep instead of spinning. On shared cores spinning
+    # threads starve every other process (measured: 0.3 -> 10 tokens/s under load); see docs/policy_server.md.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import uvicorn
     from rich.console import Console
 

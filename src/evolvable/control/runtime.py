@@ -204,7 +204,9 @@ class ControlPlane:
         )
         proposal, trace = decide(ctx, self.config.decision)
         if proposal is None:
-            report.actions.append(f"{agent}: no change ({trace[-1] if trace else 'nothing failing'})")
+            blocked = [t for t in trace if not t.endswith("evidence does not hold")]
+            why = "; ".join(blocked) if blocked else "no rule's evidence holds"
+            report.actions.append(f"{agent}: no change ({why})")
             return
         self._act(agent, proposal, ctx, active, policy, runs, report)
 

@@ -252,8 +252,8 @@ class Engine:
             self._base = self._peft.unload()
             self._peft = None
         else:
+            self._peft.set_adapter(next(n for n in self._adapters if n != name))  # rows pick adapters per call
             self._peft.delete_adapter(name)
-            self._peft.set_adapter(next(n for n in self._adapters if n != name))
         del self._adapters[name]
 
     # ----------------------------------------------------------------- submitting

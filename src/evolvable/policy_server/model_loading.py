@@ -109,6 +109,8 @@ def _convert_to_cache(name: str, target: Path) -> None:
             state = {key: value for key, value in state.items() if key != "lm_head.weight"}
         save_file({key: value.detach().contiguous() for key, value in state.items()}, staging / "model.safetensors")
         (staging / "evolvable-cache-format.txt").write_text(CACHE_FORMAT + "\n")
+        for written in staging.iterdir():
+            written.chmod(0o644)
         if target.exists() and not _cache_is_complete(target):
             shutil.rmtree(target, ignore_errors=True)
         try:

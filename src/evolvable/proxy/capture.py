@@ -281,62 +281,70 @@ def _choice(raw: dict[str, Any]) -> CompletionChoice:
 
 
 def build_llm_step(rec: dict[str, Any]) -> LLMCallStep:
-    """The llm_call step for one call record. Robust to malformed replies: they become error steps."""
+    """The llm_call step for one call record. Robust to malformed replies: they become error steps.
+
+    Fields are gathered first and the model is built once (assignments would each be validated)."""
     req: dict[str, Any] = rec.get("req") or {}
     injected = set(rec.get("injected") or ())
     endpoint = rec.get("ep", "chat")
-    sampling = {k: v for k, v in req.items() if k not in _NOT_SAMPLING and k not in injected}
-    started = _ts(rec.get("t0"))
     latency = rec.get("lat")
-    ended = datetime.fromtimestamp(rec["t0"] + latency / 1000.0, UTC) if rec.get("t0") and latency else None
-    step = LLMCallStep(
-        id=llm_step_id(rec["rid"]),
-        agent=rec.get("agent"),
-        started_at=started,
-        ended_at=ended,
-        endpoint=endpoint,
-        model=req.get("model"),
-        tools=req.get("tools"),
-        sampling=sampling,
-        stream=bool(rec.get("stream")),
-        policy_version=rec.get("pv"),
-        latency_ms=latency,
-        time_to_first_token_ms=rec.get("ttft"),
-        request_id=rec["rid"],
-        metadata={k: v for k, v in (("upstream", rec.get("up")), ("client_model", rec.get("cm"))) if v},
-    )
+    metadata: dict[str, Any] = {k: v for k, v in (("upstream", rec.get("up")), ("client_model", rec.get("cm"))) if v}
+    fields: dict[str, Any] = {
+        "id": llm_step_id(rec["rid"]),
+        "agent": rec.get("agent"),
+        "started_at": _ts(rec.get("t0")),
+        "ended_at": datetime.fromtimestamp(rec["t0"] + latency / 1000.0, UTC) if rec.get("t0") and latency else None,
+        "endpoint": endpoint,
+        "model": req.get("model"),
+        "tools": req.get("tools"),
+        "sampling": {k: v for k, v in req.items() if k not in _NOT_SAMPLING and k not in injected},
+        "stream": bool(rec.get("stream")),
+        "policy_version": rec.get("pv"),
+        "latency_ms": latency,
+        "time_to_first_token_ms": rec.get("ttft"),
+        "request_id": rec["rid"],
+        "metadata": metadata,
+    }
     if endpoint == "chat":
-        step.request_messages = [
-            ChatMessage.model_validate(m) for m in req.get("messages") or () if isinstance(m, dict)
-        ]
+        messages, unparsed = [], 0
+        for m in req.get("messages") or ():
+            try:
+                messages.append(ChatMessage.model_validate(m))
+            except ValidationError:  # e.g. a provider-specific role: keep the call, count what was left out
+                unparsed += 1
+        fields["request_messages"] = messages
+        if unparsed:
+            metadata["unparsed_messages"] = unparsed
     else:
         prompt = req.get("prompt")
-        step.prompt = prompt if isinstance(prompt, str) else orjson.dumps(prompt).decode() if prompt else None
+        fields["prompt"] = prompt if isinstance(prompt, str) else orjson.dumps(prompt).decode() if prompt else None
     reply = rec.get("resp")
     if reply is None and rec.get("sse") is not None:
         reply = assemble_stream(rec["sse"])
     if isinstance(reply, dict):
+        choices: list[CompletionChoice] = []
         try:
-            step.choices = [_choice(c) for c in reply.get("choices") or () if isinstance(c, dict)]
+            choices = [_choice(c) for c in reply.get("choices") or () if isinstance(c, dict)]
         except (ValidationError, TypeError, ValueError) as err:
             rec.setdefault("err", {"type": "malformed_reply", "message": f"cannot parse choices: {err}"})
-        step.response_id = reply.get("id") if isinstance(reply.get("id"), str) else None
-        step.model = reply.get("model") or step.model
-        step.usage = _usage(reply.get("usage"))
+        fields["choices"] = choices
+        fields["response_id"] = reply.get("id") if isinstance(reply.get("id"), str) else None
+        fields["model"] = reply.get("model") or fields["model"]
+        fields["usage"] = _usage(reply.get("usage"))
         ptids = reply.get("prompt_token_ids")
-        if ptids is None and step.choices:
+        if ptids is None and choices:
             first = (reply.get("choices") or [{}])[0]
             ptids = first.get("prompt_token_ids") if isinstance(first, dict) else None
-        step.prompt_token_ids = list(ptids) if isinstance(ptids, list) else None
+        fields["prompt_token_ids"] = list(ptids) if isinstance(ptids, list) else None
         if reply.get("_malformed_chunks"):
-            step.metadata["malformed_chunks"] = reply["_malformed_chunks"]
+            metadata["malformed_chunks"] = reply["_malformed_chunks"]
     err = rec.get("err")
     if err:
-        step.status = StepStatus.error
-        step.error = ErrorInfo(
+        fields["status"] = StepStatus.error
+        fields["error"] = ErrorInfo(
             type=str(err.get("type") or "error"), message=str(err.get("message") or ""), status_code=err.get("status")
         )
-    return step
+    return LLMCallStep(**fields)
 
 
 class Converter:

@@ -72,7 +72,10 @@ def _hint(label: str) -> str:
 
 
 def _hints(labels: dict[str, int]) -> list[str]:
-    return [h for h in (_hint(label) for label in labels) if h]
+    """One sentence for the unmet verifier checks, then one hint per other failure label."""
+    unmet = [label.removeprefix("unmet:").replace("_", " ") for label in labels if label.startswith("unmet:")]
+    hints = [f"The task is only done when: {', '.join(unmet)}."] if unmet else []
+    return hints + [h for h in (_hint(label) for label in labels if not label.startswith("unmet:")) if h]
 
 
 def gather_evidence(ctx: EvolveContext, clusters: list[str] | None, max_runs: int = 8) -> dict[str, Any]:
