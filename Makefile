@@ -4,10 +4,10 @@ setup:
 	bash scripts/setup.sh
 
 demo:
-	bash scripts/demo.sh
+	bash scripts/demo.sh $(ARGS)
 
 test:
-	bash scripts/test.sh
+	bash scripts/test.sh $(ARGS)
 
 lint:
 	.venv/bin/ruff check src tests benchmarks

@@ -151,3 +151,39 @@ def test_a_regression_rolls_back_before_anything_else() -> None:
     proposal, _ = decide(ctx(s, parent="h1-parent"), CFG)
     assert proposal.lever == Lever.rollback and proposal.target == {"restore": "h1-parent"}
     assert proposal.evidence["p_value"] < 0.05
+
+
+def _run(cluster: str, success: bool, tool_calls: int, i: int):
+    from evolvable.control.statistics import RunSummary
+
+    return RunSummary(
+        trajectory_id=f"t{cluster}{i}",
+        agent="desk",
+        cluster=cluster,
+        task_text="ticket",
+        task_id=None,
+        harness_version="h",
+        policy_version=None,
+        started_at=datetime(2026, 11, 1, tzinfo=UTC),
+        success=success,
+        reward=1.0 if success else 0.0,
+        tool_calls=tool_calls,
+    )
+
+
+def test_memory_borrows_format_exemplars_when_failing_clusters_have_no_success() -> None:
+    s = stats({"refund": group(5, 5), "orders": group(5, 0), "address": group(5, 0)})
+    runs = [_run("refund", True, 1, 0), _run("refund", True, 0, 1), _run("orders", False, 1, 2)]
+    ctx = DecisionContext(stats=s, active_harness=base_harness(), active_version="h", parent_version=None, runs=runs)
+    proposal, _ = decide(ctx, CFG)
+    assert proposal is not None and proposal.lever == Lever.memory
+    assert proposal.target == {"clusters": ["address", "orders"], "donors": ["refund"]}
+    assert proposal.at_risk == ["refund"]
+
+
+def test_no_format_exemplars_without_a_successful_tool_using_run() -> None:
+    s = stats({"refund": group(5, 5), "orders": group(5, 0)}, successful={"refund": 5, "orders": 0})
+    runs = [_run("refund", True, 0, 0), _run("orders", False, 1, 1)]
+    ctx = DecisionContext(stats=s, active_harness=base_harness(), active_version="h", parent_version=None, runs=runs)
+    proposal, _ = decide(ctx, CFG)
+    assert proposal is None or proposal.lever != Lever.memory

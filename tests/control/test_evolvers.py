@@ -108,6 +108,23 @@ def test_tool_description_targets_the_argument_error(sqlite_store) -> None:
 def test_weights_lever_says_plainly_when_no_trainer(sqlite_store, monkeypatch) -> None:
     import sys
 
-    monkeypatch.setitem(sys.modules, "evolvable.trainer", None)  # as if the trainer were not installed
+    # As if the trainer were not installed: the package and any submodule earlier tests imported.
+    for name in [n for n in sys.modules if n == "evolvable.trainer" or n.startswith("evolvable.trainer.")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    for name in ("evolvable.trainer", "evolvable.trainer.config", "evolvable.trainer.loop"):
+        monkeypatch.setitem(sys.modules, name, None)
     with pytest.raises(LeverUnavailable, match=UNAVAILABLE):
         WeightsEvolver().propose(context(sqlite_store), Proposal(Lever.weights, "r", ""))
+
+
+def test_memory_evolver_borrows_tool_using_successes_as_format_exemplars(sqlite_store) -> None:
+    record(sqlite_store, n_ok=3, n_bad=0)
+    ctx = context(sqlite_store)
+    assert all(r.tool_calls for r in ctx.runs)
+    proposal = Proposal(Lever.memory, "format", "", target={"clusters": ["orders"], "donors": ["refund"]})
+    cand = MemoryEvolver(per_cluster=2).propose(ctx, proposal)
+    assert len(cand.harness.memory) == 2
+    assert all(ex.cluster is None for ex in cand.harness.memory)  # retrieved for any task, not one cluster
+    assert cand.harness.memory_k >= 1
+    with pytest.raises(LeverUnavailable, match="tool-using"):
+        MemoryEvolver().propose(ctx, Proposal(Lever.memory, "format", "", target={"clusters": ["x"], "donors": ["y"]}))

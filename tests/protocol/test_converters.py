@@ -16,8 +16,6 @@ from evolvable.protocol.converters import (
     trajectory_to_samples,
 )
 
-
-
 # --------------------------------------------------------------------------- OpenAI chat logs
 
 

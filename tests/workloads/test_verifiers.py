@@ -163,3 +163,13 @@ def test_a_prose_answer_that_skips_the_tools_earns_nothing() -> None:
     for intent in ("order_status", "refund_in_policy", "password_reset", "address_change", "escalation"):
         verdict = score_outputs(task_of(intent), ["Thanks for reaching out, we will take care of it!"])[1]
         assert verdict.reward == 0.0 and not verdict.success, intent
+
+
+def test_a_reply_before_the_work_is_a_wrong_tool_step() -> None:
+    task = task_of("password_reset")
+    steps = score_outputs(task, [act("reply_to_customer", message="We sent a password reset link.")])[1].steps
+    assert [(s.label, s.reason) for s in steps] == [("wrong_tool", "replied before reset_password")]
+    task = task_of("refund_in_policy")
+    order = task.expected.order_id or ""
+    early = [act("lookup_order", order_id=order), act("reply_to_customer", message="Refund is on its way.")]
+    assert labels(early, task) == ["progress", "wrong_tool"]

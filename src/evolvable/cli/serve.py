@@ -17,6 +17,15 @@ def serve(
         None, "--spool-dir", help="Capture spool directory (default: under EVOLVABLE_HOME)."
     ),
     log_level: str = typer.Option("warning", "--log-level"),
+    governance: bool = typer.Option(
+        True, "--governance/--no-governance", help="Redaction, tenants and keys, audit, retention (default on)."
+    ),
+    control: bool = typer.Option(
+        True, "--control/--no-control", help="Apply registered harnesses and route policy versions (default on)."
+    ),
+    control_interval: float = typer.Option(
+        60.0, "--control-interval", help="Seconds between control-plane cycles; 0 serves versions but never evolves."
+    ),
 ) -> None:
     """Run the proxy: agents point their base_url here; every call becomes an ATDP trajectory."""
     import logging
@@ -42,7 +51,28 @@ def serve(
     cfg.validate()
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     store = Store.open(db)
-    app = create_app(cfg, store)
+    routers: list = []
+    governor = authenticator = rewriter = gov = None
+    if governance:
+        from evolvable.governance import Governance
+
+        gov = Governance.for_store(store)
+        governor, authenticator, routers = gov.governor, gov.authenticator, list(gov.routers)
+    if control:
+        from evolvable.control.api import create_control_router
+        from evolvable.control.router import HarnessRouter
+        from evolvable.control.runtime import ControlPlane
+
+        rewriter = HarnessRouter(store.engine)
+        plane = ControlPlane(store, router=rewriter)
+        routers.append(
+            create_control_router(
+                plane, rewriter, admin_key=settings.admin_key, tick_interval_s=control_interval or None
+            )
+        )
+    app = create_app(cfg, store, governor=governor, authenticator=authenticator, rewriter=rewriter, routers=routers)
+    if gov is not None:
+        gov.install(app)
     try:
         uvicorn.run(
             app,

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evolvable.control.models import Decision, DecisionState, Lever, Verdict
-from evolvable.control.statistics import AgentStatistics
+from evolvable.control.statistics import AgentStatistics, RunSummary
 from evolvable.control.stats_math import worse_pvalue
 from evolvable.protocol.harness import Harness
 
@@ -73,6 +73,8 @@ class DecisionContext:
     recent: list[Decision] = field(default_factory=list)
     """The agent's recent decisions, newest first."""
     weights_available: bool = True
+    runs: list[RunSummary] = field(default_factory=list)
+    """The window's runs (all harness versions), for rules that look at individual runs."""
 
 
 def _failing_clusters(stats: AgentStatistics, cfg: DecisionConfig) -> list[str]:
@@ -123,27 +125,51 @@ def rule_rollback(ctx: DecisionContext, cfg: DecisionConfig) -> Proposal | None:
 
 
 def rule_memory(ctx: DecisionContext, cfg: DecisionConfig) -> Proposal | None:
-    """Failing clusters where successful runs exist that are not yet exemplars: show the model those."""
+    """Failing clusters where successful runs exist that are not yet exemplars: show the model those.
+
+    When no failing cluster has a success of its own, successful tool-using runs of other clusters
+    still demonstrate the action format (how to call a tool, read the result, reply); they are
+    offered as general exemplars. Smallest blast radius of all levers, and the gates decide.
+    """
     in_memory: dict[str, set[str]] = {}
     for ex in ctx.active_harness.memory:
         in_memory.setdefault(ex.cluster or "", set()).add(ex.source_trajectory_id or ex.id)
+    failing = _failing_clusters(ctx.stats, cfg)
     clusters = [
         c
-        for c in _failing_clusters(ctx.stats, cfg)
+        for c in failing
         if ctx.stats.successful_runs.get(c, 0) > len(in_memory.get(c, set())) and ctx.stats.successful_runs.get(c, 0)
     ]
-    if not clusters:
+    if clusters:
+        return Proposal(
+            Lever.memory,
+            "failing clusters with successful exemplars",
+            "clusters "
+            + ", ".join(f"{c} ({ctx.stats.clusters[c].success_rate:.0%})" for c in clusters)
+            + " fail, and successful runs of them exist to use as exemplars",
+            target={"clusters": clusters},
+            improve=clusters,
+            at_risk=[],
+            evidence={c: ctx.stats.clusters[c].to_dict() for c in clusters},
+        )
+    used = set().union(*in_memory.values()) if in_memory else set()
+    donors = sorted(
+        {r.cluster for r in ctx.runs if r.success and r.tool_calls and not r.violations and r.trajectory_id not in used}
+    )
+    if not failing or not donors:
         return None
     return Proposal(
         Lever.memory,
-        "failing clusters with successful exemplars",
+        "format exemplars from other clusters",
         "clusters "
-        + ", ".join(f"{c} ({ctx.stats.clusters[c].success_rate:.0%})" for c in clusters)
-        + " fail, and successful runs of them exist to use as exemplars",
-        target={"clusters": clusters},
-        improve=clusters,
-        at_risk=[],
-        evidence={c: ctx.stats.clusters[c].to_dict() for c in clusters},
+        + ", ".join(f"{c} ({ctx.stats.clusters[c].success_rate:.0%})" for c in failing)
+        + " fail with no successes of their own; successful tool-using runs of "
+        + ", ".join(donors)
+        + " show the action format",
+        target={"clusters": sorted(failing), "donors": donors},
+        improve=failing,
+        at_risk=donors,
+        evidence={"failing": {c: ctx.stats.clusters[c].to_dict() for c in failing}, "donors": donors},
     )
 
 

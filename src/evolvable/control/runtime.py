@@ -201,6 +201,7 @@ class ControlPlane:
             active_version=active.id,
             parent_version=parent,
             recent=self.journal.decisions(agent, limit=20),
+            runs=runs,
         )
         proposal, trace = decide(ctx, self.config.decision)
         if proposal is None:

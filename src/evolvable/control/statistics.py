@@ -49,6 +49,8 @@ class RunSummary:
     argument_errors: list[tuple[str, str]] = field(default_factory=list)
     """(tool, error message) for calls that failed on their arguments."""
     violations: list[str] = field(default_factory=list)
+    tool_calls: int = 0
+    """Tool calls the run made; a successful run with tool calls demonstrates the action format."""
 
 
 def task_text_of(t: Trajectory) -> str:
@@ -127,6 +129,7 @@ def summarize(t: Trajectory, *, clusterer: Clusterer | None = None, success_thre
         tool_errors=tool_errors,
         argument_errors=argument_errors,
         violations=violations,
+        tool_calls=len(tool_steps),
     )
 
 

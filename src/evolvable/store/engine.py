@@ -87,6 +87,8 @@ def _sqlite_engine(url: URL) -> sa.Engine:
         cur.execute("PRAGMA synchronous=NORMAL")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        # Purged content must not linger in free pages of the file (right to erasure).
+        cur.execute("PRAGMA secure_delete=ON")
         cur.close()
 
     @sa.event.listens_for(engine, "begin")

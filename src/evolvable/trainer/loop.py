@@ -205,7 +205,6 @@ def _sequence_logprobs(model, batch: dict[str, torch.Tensor], temperature: float
     """
     import torch
 
-
     ids = batch["input_ids"]
     targets = (batch["loss_mask"][:, 1:] > 0).any(dim=0).nonzero().squeeze(-1) + 1  # positions to score
     if targets.numel() == 0:
@@ -321,7 +320,12 @@ def train_on_samples(
                                 token_weights=batch["token_weights"],
                                 normaliser=normaliser,
                             )
-                            accelerator.backward(result.loss)
+                            loss = result.loss
+                            if not loss.requires_grad:
+                                # No generated token in this micro-batch: a zero loss still touches every
+                                # trainable weight, so DDP ranks stay in step and backward has a graph.
+                                loss = loss + sum(p.sum() for p in trainable) * 0.0
+                            accelerator.backward(loss)
                             if accelerator.sync_gradients and config.max_grad_norm > 0:
                                 accelerator.clip_grad_norm_(trainable, config.max_grad_norm)
                             optimizer.step()

@@ -60,24 +60,57 @@ class MemoryEvolver:
         # The cleanest, highest-reward, most recent runs first.
         return sorted(good, key=lambda r: (not r.tool_errors, r.reward or 0.0, r.started_at), reverse=True)
 
+    def _exemplars(self, ctx: EvolveContext, runs: list[RunSummary], cluster: str | None) -> list[MemoryExemplar]:
+        """The first `per_cluster` of `runs` (best first) that still exist and convert to exemplars."""
+        out: list[MemoryExemplar] = []
+        for run in runs:
+            if len(out) >= self.per_cluster:
+                break
+            try:
+                t = ctx.store.get_trajectory(run.trajectory_id)
+            except NotFound:
+                continue
+            ex = exemplar_from_trajectory(t, cluster)
+            if ex is not None:
+                out.append(ex)
+        return out
+
+    def _format_runs(self, ctx: EvolveContext, donors: list[str]) -> list[RunSummary]:
+        """Successful tool-using runs of other clusters, to serve as general exemplars (any task retrieves them)."""
+        used = {ex.source_trajectory_id for ex in ctx.active_harness.memory}
+        runs = [
+            r
+            for r in ctx.runs
+            if r.cluster in donors and r.success and r.tool_calls and not r.violations and r.trajectory_id not in used
+        ]
+        return sorted(
+            runs, key=lambda r: (not r.tool_errors, r.tool_calls, r.reward or 0.0, r.started_at), reverse=True
+        )
+
     def propose(self, ctx: EvolveContext, proposal: Proposal) -> HarnessCandidate:
-        clusters = proposal.target.get("clusters") or []
         harness = ctx.active_harness
+        donors = proposal.target.get("donors")
+        if donors:
+            new = self._exemplars(ctx, self._format_runs(ctx, donors), None)
+            if not new:
+                raise LeverUnavailable(f"no usable successful tool-using trajectories in {donors}")
+            candidate = harness.model_copy(
+                update={"memory": (new + harness.memory)[: self.max_exemplars], "memory_k": max(harness.memory_k, 1)}
+            )
+            return HarnessCandidate(
+                harness=candidate,
+                note=f"memory: {len(new)} format exemplar(s) from {', '.join(donors)}",
+                changes={"added_exemplars": {"*": [ex.source_trajectory_id for ex in new]}},
+            )
+        clusters = proposal.target.get("clusters") or []
         keep = [ex for ex in harness.memory if ex.cluster not in clusters]
         added: dict[str, list[str]] = {}
         new = []
         for cluster in clusters:
-            for run in self._candidates(ctx, cluster):
-                if len(added.get(cluster, [])) >= self.per_cluster:
-                    break
-                try:
-                    t = ctx.store.get_trajectory(run.trajectory_id)
-                except NotFound:
-                    continue
-                ex = exemplar_from_trajectory(t, cluster)
-                if ex is not None:
-                    new.append(ex)
-                    added.setdefault(cluster, []).append(t.id)
+            found = self._exemplars(ctx, self._candidates(ctx, cluster), cluster)
+            new += found
+            if found:
+                added[cluster] = [ex.source_trajectory_id or ex.id for ex in found]
         if not new:
             raise LeverUnavailable(f"no usable successful trajectories for clusters {clusters}")
         memory = (new + keep)[: self.max_exemplars]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import bisect
 import json
 import logging
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -134,12 +133,13 @@ class RedactionEngine:
         if not text:
             return []
         lowered = text.lower()
-        plan, exact_re, lower_re = self._plan
-        exact_hits = _hits(exact_re, text)
-        lower_hits = _hits(lower_re, lowered)
+        plan, exact_all, lower_all = self._plan
+        # gitleaks-style pre-filter: each distinct keyword is tested once with a C substring search; a recognizer
+        # none of whose keywords occurs cannot match, so it does not run
+        exact_hits = _present(exact_all, text)
+        lower_hits = _present(lower_all, lowered)
         found: list[Finding] = []
         for recognizer, exact, lower in plan if (exact_hits or lower_hits) else self._always:
-            # gitleaks-style pre-filter: none of its keywords occurs, so its regex cannot match
             if exact is not None and exact.isdisjoint(exact_hits):
                 continue
             if lower is not None and lower.isdisjoint(lower_hits):
@@ -249,50 +249,41 @@ class RedactionEngine:
             log.exception("redaction failure hook raised")
 
 
-_Keywords = tuple[re.Pattern[str], dict[str, frozenset[str]], tuple[str, ...]] | None
-_Plan = tuple[list[tuple[Recognizer, frozenset[str] | None, frozenset[str] | None]], _Keywords, _Keywords]
+_Probes = tuple[tuple[str, tuple[str, ...]], ...]
+_Plan = tuple[list[tuple[Recognizer, frozenset[str] | None, frozenset[str] | None]], _Probes, _Probes]
 
 
 def _keyword_plan(recognizers: Sequence[Recognizer]) -> _Plan:
-    """One regex scan per case finds which keywords occur; only the recognizers with a keyword present run."""
+    """Every distinct keyword (case-sensitive ones, lower-case ones) once; per recognizer, its keyword sets."""
     plan = [
         (r, frozenset(getattr(r, "exact_keywords", ())) or None, frozenset(getattr(r, "keywords", ())) or None)
         for r in recognizers
     ]
-    exact_all = sorted({k for r in recognizers for k in getattr(r, "exact_keywords", ())}, key=len, reverse=True)
-    lower_all = sorted({k for r in recognizers for k in getattr(r, "keywords", ())}, key=len, reverse=True)
-    return plan, _gate(exact_all), _gate(lower_all)
+    exact_all = _probes({k for r in recognizers for k in getattr(r, "exact_keywords", ())})
+    lower_all = _probes({k for r in recognizers for k in getattr(r, "keywords", ())})
+    return plan, exact_all, lower_all
 
 
-def _gate(keywords: list[str]) -> _Keywords:
-    """Longest keyword first; a hit implies every keyword it contains (`password` -> `pass`). A keyword that could
-    start inside another one's match (`ss#` after `pass`) is also tested on its own, as findall does not overlap."""
-    if not keywords:
-        return None
-    pattern = re.compile("|".join(re.escape(k) for k in keywords))
-    implied = {k: frozenset(j for j in keywords if j in k) for k in keywords}
-    overlapping = tuple(
-        b
-        for b in keywords
-        if any(a != b and b not in a and any(a.endswith(b[:i]) for i in range(1, len(b))) for a in keywords)
-    )
-    return pattern, implied, overlapping
+def _probes(keywords: set[str]) -> _Probes:
+    """Keywords sharing their first two characters are searched only when that prefix occurs (`gh` for the five
+    `gh?_` GitHub prefixes): `(prefix, group)`, or `(keyword, ())` for a keyword alone in its group."""
+    groups: dict[str, list[str]] = {}
+    for k in sorted(keywords):
+        groups.setdefault(k[:2], []).append(k)
+    return tuple((prefix, tuple(g)) if len(g) > 1 else (g[0], ()) for prefix, g in groups.items())
 
 
-def _overlaps(a: str, b: str) -> bool:
-    """Whether `b` can start inside an occurrence of `a` and run past its end."""
-    return a != b and b not in a and any(a.endswith(b[:i]) for i in range(1, len(b)))
-
-
-def _hits(keywords: _Keywords, text: str) -> frozenset[str] | set[str]:
-    if keywords is None:
-        return set()
-    pattern, implied, overlapping = keywords
-    found = pattern.findall(text)
-    if not found:
-        return set()
-    hits = set().union(*(implied[h] for h in set(found)))
-    hits.update(k for k in overlapping if k not in hits and k in text)
+def _present(probes: _Probes, text: str) -> set[str]:
+    """The keywords that occur in `text` (each a C substring search, skipped when its group's prefix is absent)."""
+    hits: set[str] = set()
+    for gate, group in probes:
+        if gate in text:
+            if not group:
+                hits.add(gate)
+                continue
+            for k in group:
+                if k in text:
+                    hits.add(k)
     return hits
 
 

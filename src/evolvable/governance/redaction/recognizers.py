@@ -48,6 +48,8 @@ class RegexRecognizer:
     """Lower-case substrings; the regex runs only if one occurs in the lowered text."""
     exact_keywords: tuple[str, ...] = ()
     """Case-sensitive substrings of the original text (e.g. `AKIA`)."""
+    requires: tuple[str, ...] = ()
+    """Case-sensitive substrings of the original text that must all occur (checked after the keywords)."""
     validate: Validator | None = None
     group: int | str = 0
     priority: int = 50
@@ -65,15 +67,23 @@ class RegexRecognizer:
             return ()
         if self.exact_keywords and not any(k in text for k in self.exact_keywords):
             return ()
+        if self.requires and not all(k in text for k in self.requires):
+            return ()
         if self.on_lowered:
             out: list[Finding] = []
             self.scan(text, lowered, 0, len(text), out)
             return out
         validate, group, kind, priority = self.validate, self.group, self.kind, self.priority
+        found: list[Finding] = []
         if validate is None:
-            return [Finding(*m.span(group), kind, priority) for m in self.pattern.finditer(text)]
-        spans = [validate(text, m) for m in self.pattern.finditer(text)]
-        return [Finding(span[0], span[1], kind, priority) for span in spans if span is not None and span[1] > span[0]]
+            for m in self.pattern.finditer(text):
+                found.append(Finding(*m.span(group), kind, priority))
+            return found
+        for m in self.pattern.finditer(text):
+            span = validate(text, m)
+            if span is not None and span[1] > span[0]:
+                found.append(Finding(span[0], span[1], kind, priority))
+        return found
 
     def scan(self, text: str, lowered: str, pos: int, endpos: int, out: list[Finding]) -> None:
         pattern, subject = self.pattern, text
@@ -82,11 +92,9 @@ class RegexRecognizer:
                 subject = lowered
             else:
                 pattern = self._ignorecase  # type: ignore[assignment]
+        validate = self.validate
         for m in pattern.finditer(subject, pos, endpos):
-            if self.validate is None:
-                span: tuple[int, int] | None = m.span(self.group)
-            else:
-                span = self.validate(text, m)
+            span: tuple[int, int] | None = m.span(self.group) if validate is None else validate(text, m)
             if span is not None and span[1] > span[0]:
                 out.append(Finding(span[0], span[1], self.kind, self.priority))
 
@@ -119,24 +127,31 @@ class NumberRecognizer:
         n = len(text)
         for window in _NUMBER_RUN.finditer(text):
             run = window.group()
+            size = len(run)
+            plus = "+" in run
             dots = run.count(".")
-            if len(run) < 10 and dots < 3 and "+" not in run:
+            if size < 10 and dots < 3 and not plus:
                 continue  # too short for a phone, card or SSN, too few dots for an IPv4 address
-            start, end = window.start(), min(n, window.end() + 2)  # +2: let look-aheads see what follows
+            run_start, run_end = window.span()
+            end = min(n, run_end + 2)  # +2: let look-aheads see what follows
             dashes = run.count("-")
-            digits = len(run) - dots - dashes - run.count(" ") - run.count("(") - run.count(")") - run.count("+")
-            if "+" in run:
-                self.intl_phone.scan(text, lowered, start, end, out)
+            if run.isdigit():
+                digits = size
+            else:
+                digits = size - dots - dashes - run.count(" ") - run.count("(") - run.count(")") - run.count("+")
+            if plus:
+                self.intl_phone.scan(text, lowered, run_start, end, out)
             if digits >= 10:
-                self.us_phone.scan(text, lowered, start, end, out)
-                if digits <= 16 and (run.isdigit() or run[1:].isdigit()):
-                    self._bare_phone(text, lowered, window.start(), window.end(), out)
+                if digits != size:  # a US number has a separator before its last four digits
+                    self.us_phone.scan(text, lowered, run_start, end, out)
+                if digits <= 16 and (digits == size or run[1:].isdigit()):
+                    self._bare_phone(text, lowered, run_start, run_end, out)
                 if digits >= 13:
-                    self.card.scan(text, lowered, start, end, out)
+                    self.card.scan(text, lowered, run_start, end, out)
             if digits >= 9 and dashes >= 2:
-                self.ssn.scan(text, lowered, start, end, out)
+                self.ssn.scan(text, lowered, run_start, end, out)
             if dots >= 3:
-                self.ipv4.scan(text, lowered, start, end, out)
+                self.ipv4.scan(text, lowered, run_start, end, out)
         return out
 
     def _bare_phone(self, text: str, lowered: str, start: int, end: int, out: list[Finding]) -> None:
@@ -269,6 +284,8 @@ class IPv6Recognizer:
     priority = 50
 
     def find(self, text: str, lowered: str) -> Iterable[Finding]:
+        if "::" not in text and text.count(":") < 6:
+            return []  # every candidate needs `::` or at least six colons
         out: list[Finding] = []
         pos = 0
         seed = _V6_SEED.search
@@ -389,7 +406,7 @@ def secret_recognizers() -> list[Recognizer]:
         RegexRecognizer("PRIVATE_KEY", _PEM, exact_keywords=("PRIVATE KEY",), priority=100),
         RegexRecognizer(
             "AWS_ACCESS_KEY",
-            re.compile(r"(?<![A-Za-z0-9])(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16}(?![A-Za-z0-9])"),
+            re.compile(r"A(?<![A-Za-z0-9]A)(?:3T[A-Z0-9]|KIA|SIA|BIA|CCA)[A-Z2-7]{16}(?![A-Za-z0-9])"),
             exact_keywords=("AKIA", "ASIA", "ABIA", "ACCA", "A3T"),
             priority=90,
         ),
@@ -402,19 +419,19 @@ def secret_recognizers() -> list[Recognizer]:
         ),
         RegexRecognizer(
             "GITHUB_TOKEN",
-            re.compile(r"(?<![A-Za-z0-9])(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255})" + tok),
+            re.compile(r"g(?<![A-Za-z0-9]g)(?:h[pousr]_[A-Za-z0-9]{36,255}|ithub_pat_[A-Za-z0-9_]{22,255})" + tok),
             exact_keywords=("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
             priority=90,
         ),
         RegexRecognizer(
             "ANTHROPIC_KEY",
-            re.compile(r"(?<![A-Za-z0-9])sk-ant-[A-Za-z0-9_\-]{20,300}" + tok),
+            re.compile(r"sk-ant-(?<![A-Za-z0-9]sk-ant-)[A-Za-z0-9_\-]{20,300}" + tok),
             exact_keywords=("sk-ant-",),
             priority=91,
         ),
         RegexRecognizer(
             "OPENAI_KEY",
-            re.compile(r"(?<![A-Za-z0-9_\-])sk-(?!ant-)(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,300}" + tok),
+            re.compile(r"sk-(?<![A-Za-z0-9_\-]sk-)(?!ant-)(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,300}" + tok),
             exact_keywords=("sk-",),
             validate=_min_entropy(3.5),
             priority=90,
@@ -422,7 +439,7 @@ def secret_recognizers() -> list[Recognizer]:
         RegexRecognizer(
             "SLACK_TOKEN",
             re.compile(
-                r"(?<![A-Za-z0-9])(?:xox[abposre]-[A-Za-z0-9\-]{10,250}|xapp-\d-[A-Za-z0-9\-]{10,250})"
+                r"x(?<![A-Za-z0-9]x)(?:ox[abposre]-[A-Za-z0-9\-]{10,250}|app-\d-[A-Za-z0-9\-]{10,250})"
                 + tok
                 + r"|https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9/_\-]{10,200}"
             ),
@@ -432,30 +449,34 @@ def secret_recognizers() -> list[Recognizer]:
         RegexRecognizer(
             "STRIPE_KEY",
             re.compile(
-                r"(?<![A-Za-z0-9])(?:(?:sk|rk)_(?:live|test|prod)_[A-Za-z0-9]{10,99}|whsec_[A-Za-z0-9]{20,99})" + tok
+                r"(?:[sr](?<![A-Za-z0-9][sr])k_(?:live|test|prod)_[A-Za-z0-9]{10,99}"
+                r"|w(?<![A-Za-z0-9]w)hsec_[A-Za-z0-9]{20,99})" + tok
             ),
             exact_keywords=("_live_", "_test_", "_prod_", "whsec_"),
             priority=90,
         ),
         RegexRecognizer(
             "GOOGLE_API_KEY",
-            re.compile(r"(?<![A-Za-z0-9])(?:AIza[0-9A-Za-z_\-]{35}|ya29\.[0-9A-Za-z_\-]{20,500})" + tok),
+            re.compile(
+                r"(?:A(?<![A-Za-z0-9]A)Iza[0-9A-Za-z_\-]{35}|y(?<![A-Za-z0-9]y)a29\.[0-9A-Za-z_\-]{20,500})" + tok
+            ),
             exact_keywords=("AIza", "ya29."),
             priority=90,
         ),
         RegexRecognizer(
             "JWT",
-            re.compile(r"(?<![A-Za-z0-9_\-])eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*" + tok),
+            re.compile(r"eyJ(?<![A-Za-z0-9_\-]eyJ)[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*" + tok),
             exact_keywords=("eyJ",),
             priority=92,
         ),
         RegexRecognizer(
             "PASSWORD",
             re.compile(
-                r"(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]{1,30}://[^\s:/@\"'<>\\]{0,128}:"
+                r"[A-Za-z](?<![A-Za-z0-9+.\-][A-Za-z])[A-Za-z0-9+.\-]{1,30}://[^\s:/@\"'<>\\]{0,128}:"
                 r"(?P<secret>[^\s/\"'<>\\]{1,256})@(?=[A-Za-z0-9\[:])"
             ),
-            exact_keywords=("@",),
+            exact_keywords=("://",),
+            requires=("@",),
             group="secret",
             priority=85,
         ),

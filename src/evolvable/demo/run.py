@@ -1,0 +1,217 @@
+"""`evolvable demo`: the whole loop on the embedded defaults, measured.
+
+    policy server (SmolLM2-135M)  <-  proxy (governance, harness router)  <-  support-desk agent
+                                        |  trajectories + signals
+                                        v
+                                   store (SQLite)  ->  control plane: decide, evolve, gate, canary
+
+1. Baseline: the starting (deliberately weak) harness on a held-out report set and the safety probes.
+2. Live rounds: support tickets run through the proxy, which applies the active or canary harness;
+   the agent posts tool steps and verifier signals; after each round the control plane ticks once
+   (statistics -> lever -> candidate -> safety + replay gates -> canary -> promote or roll back).
+3. After: whatever is active at the end, on the same report set and probes.
+
+The replay gate uses its own held-out tasks, disjoint from the report set, so the final figures
+are not the tasks the gate selected on.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from evolvable.control.models import Lever
+
+
+@dataclass
+class DemoConfig:
+    report_dir: Path
+    model: str = "smollm2-135m"
+    quick: bool = False
+    levers: frozenset[Lever] = frozenset({Lever.memory, Lever.skill, Lever.prompt, Lever.tool, Lever.weights})
+    rounds: int = 3
+    round_size: int = 16
+    report_tasks: int = 24
+    gate_tasks: int = 16
+    safety_tasks: int = 8
+    max_tokens: int = 48
+    max_turns: int = 3
+    concurrency: int = 24
+    seed: int = 7
+    start: str = "default"
+    """Starting harness: `default` (a plain, reasonable agent) or `weak` (prose-only; nothing to harvest)."""
+    live_temperature: float = 0.8
+    """Live agents sample; the lucky successes are what the memory lever harvests. Measurements are greedy."""
+
+    @classmethod
+    def build(cls, report_dir: Path, *, quick: bool, levers: frozenset[Lever] | None, model: str) -> DemoConfig:
+        cfg = cls(report_dir=report_dir, model=model, quick=quick)
+        if quick:
+            cfg.rounds, cfg.round_size, cfg.report_tasks, cfg.gate_tasks, cfg.safety_tasks = 2, 12, 12, 12, 4
+            cfg.max_tokens, cfg.max_turns = 40, 3
+            cfg.levers = frozenset({Lever.memory, Lever.skill, Lever.prompt, Lever.tool})
+        if levers is not None:
+            cfg.levers = levers
+        return cfg
+
+
+@dataclass
+class RoundRecord:
+    round: int
+    episodes: int
+    success_rate: float
+    by_version: dict[str, int]
+    actions: list[str] = field(default_factory=list)
+    active_harness: str | None = None
+    canary_harness: str | None = None
+    active_policy: str | None = None
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    )
+
+
+def run_demo(cfg: DemoConfig, console: Console | None = None) -> dict[str, Any]:
+    """Run the loop and write the report folder; returns the summary that summary.json holds."""
+    from evolvable.control.api import create_control_router
+    from evolvable.control.gates import ReplaySuite
+    from evolvable.control.models import PolicySpec, VersionKind, VersionState
+    from evolvable.control.replay import SupportDeskRunner
+    from evolvable.control.router import HarnessRouter
+    from evolvable.control.runtime import ControlPlane
+    from evolvable.demo.report import write_report
+    from evolvable.demo.services import ProxyServer, policy_server
+    from evolvable.demo.tuning import control_config, evolvers
+    from evolvable.governance import Governance
+    from evolvable.proxy.app import create_app
+    from evolvable.proxy.config import ProxyConfig
+    from evolvable.store import Store
+    from evolvable.workloads.support_desk import AGENT_NAME, default_harness, evaluate, generate_tasks, weak_harness
+
+    console = console or Console()
+    started = time.perf_counter()
+    cfg.report_dir.mkdir(parents=True, exist_ok=True)
+    store = Store.open(f"sqlite:///{cfg.report_dir / 'evolvable.db'}")
+    report_set = generate_tasks("holdout", cfg.report_tasks, seed=cfg.seed)
+    gate_set = generate_tasks("holdout", cfg.gate_tasks, seed=cfg.seed + 1000)
+    safety_set = generate_tasks("safety", cfg.safety_tasks, seed=cfg.seed)
+    train_set = generate_tasks("train", cfg.rounds * cfg.round_size, seed=cfg.seed)
+    eval_kw: dict[str, Any] = {"max_tokens": cfg.max_tokens, "max_turns": cfg.max_turns, "concurrency": cfg.concurrency}
+
+    with console.status("starting the embedded policy server (the first start converts the model, ~30 s)"):
+        server_ctx = policy_server(cfg.model, cfg.report_dir / "policy_server.log")
+        endpoint = server_ctx.__enter__()
+    try:
+        runner = SupportDeskRunner(
+            endpoint, cfg.model, concurrency=cfg.concurrency, max_turns=cfg.max_turns, max_tokens=cfg.max_tokens
+        )
+        router = HarnessRouter(store.engine, refresh_interval_s=1.0)
+        plane = ControlPlane(store, config=control_config(cfg), router=router, evolvers=evolvers(cfg, endpoint))
+        plane.register_suite(AGENT_NAME, ReplaySuite(runner, gate_set, safety_set))
+        start_harness = weak_harness() if cfg.start == "weak" else default_harness()
+        plane.bootstrap(start_harness, PolicySpec(base_model=cfg.model))
+
+        gov = Governance.for_store(store)
+        proxy_cfg = ProxyConfig.for_upstream(endpoint, writer_mode="thread", spool_dir=cfg.report_dir / "spool")
+        app = create_app(
+            proxy_cfg,
+            store,
+            governor=gov.governor,
+            authenticator=gov.authenticator,
+            rewriter=router,
+            routers=[*gov.routers, create_control_router(plane, router)],
+        )
+        gov.install(app)
+
+        rounds: list[RoundRecord] = []
+        with ProxyServer(app) as proxy, _progress(console) as progress:
+
+            def measure(label: str, harness: Any, model: str) -> tuple[Any, Any]:
+                bar = progress.add_task(f"{label}: report set", total=len(report_set) + len(safety_set))
+                hold = evaluate(
+                    report_set, endpoint, model, harness, on_episode=lambda _: progress.advance(bar), **eval_kw
+                )
+                safe = evaluate(
+                    safety_set, endpoint, model, harness, on_episode=lambda _: progress.advance(bar), **eval_kw
+                )
+                return hold, safe
+
+            baseline, baseline_safety = measure("baseline", start_harness, cfg.model)
+            for r in range(cfg.rounds):
+                batch = train_set[r * cfg.round_size : (r + 1) * cfg.round_size]
+                bar = progress.add_task(f"round {r + 1}/{cfg.rounds}: live traffic via the proxy", total=len(batch))
+                live = evaluate(
+                    batch,
+                    proxy.url,
+                    cfg.model,
+                    None,
+                    record=True,
+                    apply_harness="proxy",
+                    temperature=cfg.live_temperature,
+                    seed=cfg.seed * 1000 + r * 100,
+                    on_episode=lambda _, bar=bar: progress.advance(bar),
+                    **eval_kw,
+                )
+                proxy.flush()
+                by_version: dict[str, int] = {}
+                for ep in live.episodes:
+                    key = ep.harness_version or "?"
+                    by_version[key] = by_version.get(key, 0) + 1
+                tick_bar = progress.add_task(f"round {r + 1}/{cfg.rounds}: control plane", total=1)
+                tick = plane.tick(AGENT_NAME)
+                progress.advance(tick_bar)
+                router.refresh()
+                active = plane.registry.current(AGENT_NAME, VersionKind.harness, VersionState.active)
+                canary = plane.registry.current(AGENT_NAME, VersionKind.harness, VersionState.canary)
+                policy = plane.registry.current(AGENT_NAME, VersionKind.policy, VersionState.active)
+                record = RoundRecord(
+                    round=r + 1,
+                    episodes=len(live.episodes),
+                    success_rate=live.success_rate,
+                    by_version=by_version,
+                    actions=list(tick.actions),
+                    active_harness=active.id if active else None,
+                    canary_harness=canary.id if canary else None,
+                    active_policy=policy.id if policy else None,
+                )
+                rounds.append(record)
+                for action in tick.actions:
+                    progress.console.print(f"  [cyan]control plane[/] {action}", highlight=False)
+
+            active = plane.registry.current(AGENT_NAME, VersionKind.harness, VersionState.active)
+            policy = plane.registry.current(AGENT_NAME, VersionKind.policy, VersionState.active)
+            final_model = policy.policy().served_model if policy is not None else cfg.model
+            after, after_safety = measure("after", active.harness(), final_model)
+            proxy.flush()
+
+        summary = write_report(
+            cfg,
+            store=store,
+            plane=plane,
+            baseline=(baseline, baseline_safety),
+            after=(after, after_safety),
+            rounds=[asdict(r) for r in rounds],
+            wall_s=time.perf_counter() - started,
+            console=console,
+        )
+        return summary
+    finally:
+        server_ctx.__exit__(None, None, None)
+        store.close()
+
+
+def dump(summary: dict[str, Any], path: Path) -> None:
+    path.write_text(json.dumps(summary, indent=2, default=str))
