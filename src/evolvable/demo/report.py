@@ -47,6 +47,17 @@ def _versions(plane: ControlPlane, agent: str) -> list[dict[str, Any]]:
     return rows
 
 
+def _short_action(action: str) -> str:
+    """'agent: skill (rule): candidate h1-.. stopped by the replay gate: ...' -> 'skill: gated out'."""
+    body = action.split(": ", 1)[-1]
+    lever = body.split(" ", 1)[0]
+    lowered = body.lower()
+    for word, label in (("rolled back", "rolled back"), ("promot", "promoted"), ("stopped", "gated out")):
+        if word in lowered:
+            return f"{lever}: {label}"
+    return f"{lever}: canary" if "canary" in lowered else f"{lever}: {lowered[len(lever) :][:24].strip()}"
+
+
 def _plot_rounds(rounds: list[dict[str, Any]], baseline: float, after: float, path: Path) -> Path:
     import matplotlib
 
@@ -61,7 +72,7 @@ def _plot_rounds(rounds: list[dict[str, Any]], baseline: float, after: float, pa
     for r in rounds:
         if r["actions"]:
             ax.annotate(
-                "\n".join(a.split(":")[0][:28] for a in r["actions"][:2]),
+                "\n".join(_short_action(a) for a in r["actions"][:3]),
                 (r["round"], r["success_rate"]),
                 textcoords="offset points",
                 xytext=(4, 6),
@@ -72,7 +83,7 @@ def _plot_rounds(rounds: list[dict[str, Any]], baseline: float, after: float, pa
     ax.set_ylim(0, 1.05)
     ax.set_xticks(xs)
     ax.set_title("Support desk on SmolLM2-135M: live success per round")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper right")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
