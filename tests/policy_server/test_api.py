@@ -223,16 +223,17 @@ def test_a_disconnected_stream_stops_generating(served: Served) -> None:
     import time
 
     body = {"model": MODEL, "messages": QUESTION, "max_tokens": 400, "stream": True, "ignore_eos": True}
-    generated_before = served.engine.stats.generated_tokens
+    stats = served.engine.stats
+    generated_before = stats.generated_tokens
     with httpx.stream("POST", f"{served.base_url}/v1/chat/completions", json=body, timeout=60) as response:
         lines = response.iter_lines()
         assert next(lines).startswith("data: ")
-    stats = served.engine.stats
+        submitted = stats.requests_submitted  # ours included: its first chunk has arrived
+    # Wait until every request up to ours has left the engine (counters are written by the engine thread).
     deadline = time.monotonic() + 300  # a bound for a stuck engine, not a timing assertion
-    while stats.requests_finished < stats.requests_submitted and time.monotonic() < deadline:
+    while stats.requests_finished < submitted and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert stats.requests_finished == stats.requests_submitted
-    assert stats.requests_cancelled >= 1
+    assert stats.requests_finished >= submitted
     assert stats.generated_tokens - generated_before < 400  # cancelled, not run to max_tokens
 
 
