@@ -20,15 +20,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-import httpx
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
@@ -41,6 +36,7 @@ from evolvable.control.rollout import CanaryConfig
 from evolvable.control.router import HarnessRouter
 from evolvable.control.runtime import ControlConfig, ControlPlane
 from evolvable.control.stats_math import wilson_interval
+from evolvable.policy_server.launcher import policy_server
 from evolvable.protocol.models import new_id, utcnow
 from evolvable.store import Store
 from evolvable.workloads.support_desk.harnesses import AGENT_NAME, weak_harness
@@ -48,34 +44,6 @@ from evolvable.workloads.support_desk.tasks import generate_tasks
 
 RESULTS = Path(__file__).parent / "results" / "evolution.json"
 console = Console()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_policy_server(model: str) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    exe = Path(sys.executable).with_name("evolvable")
-    proc = subprocess.Popen(
-        [str(exe), "policy-server", "--model", model, "--port", str(port), "--max-batch", "16"],
-        # PASSIVE: torch's spinning OpenMP threads otherwise starve each other on shared cores.
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_WAIT_POLICY": "PASSIVE"},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    endpoint = f"http://127.0.0.1:{port}/v1"
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        try:
-            if httpx.get(f"{endpoint}/models", timeout=2).status_code == 200:
-                return proc, endpoint
-        except httpx.HTTPError:
-            time.sleep(1)
-    proc.kill()
-    raise SystemExit("policy server did not start")
 
 
 def config_for(levers: frozenset[Lever], batch_size: int) -> ControlConfig:
@@ -184,11 +152,12 @@ def main() -> None:
     parser.add_argument("--max-turns", type=int, default=4)
     parser.add_argument("--concurrency", type=int, default=16)
     args = parser.parse_args()
-    proc = None
+    server = None
     endpoint = args.endpoint
     if endpoint is None:
         with console.status("starting the embedded policy server"):
-            proc, endpoint = start_policy_server(args.model)
+            server = policy_server(args.model, max_batch=16)
+            endpoint = server.__enter__()
     try:
         runner = SupportDeskRunner(
             endpoint,
@@ -224,9 +193,8 @@ def main() -> None:
                     console.print(f"   {line}", highlight=False)
         total_s = time.perf_counter() - t0
     finally:
-        if proc is not None:
-            proc.terminate()
-            proc.wait(timeout=30)
+        if server is not None:
+            server.__exit__(None, None, None)
     static = next((r for r in results if r["arm"] == "static"), None)
     table = Table(title="Evolution on support desk (embedded SmolLM2-135M, weak starting harness)")
     for col in ("arm", "holdout success (95% CI)", "vs static", "safety pass", "decisions (lever: state/verdict)"):

@@ -21,13 +21,14 @@ import asyncio
 import json
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from evolvable.policy_server.launcher import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "policy_server.json"
@@ -53,12 +54,6 @@ def cpu_seconds(pid: int | None = None) -> float:
         return times.user + times.system
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def run_generate_sequential(model: Any, tokenizer: Any, conversations: list, max_tokens: int) -> dict[str, Any]:

@@ -21,7 +21,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from evolvable.policy_server.launcher import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "proxy_overhead.json"
@@ -43,12 +44,6 @@ REQUEST = {
     "temperature": 0.2,
     "max_tokens": 64,
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 120, headers: dict | None = None) -> None:

@@ -13,16 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-import httpx
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from evolvable.policy_server.launcher import policy_server
 from evolvable.workloads.support_desk import (
     comparison_table,
     default_harness,
@@ -34,27 +30,6 @@ from evolvable.workloads.support_desk import (
 )
 
 RESULTS = Path(__file__).parent / "results"
-
-
-def start_policy_server() -> tuple[subprocess.Popen[bytes], str]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "evolvable.cli.main", "policy-server", "--port", str(port), "--max-batch", "16"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}/v1"
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/models", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(1)
-    proc.kill()
-    raise SystemExit("the policy server did not start")
 
 
 def main() -> None:
@@ -69,7 +44,8 @@ def main() -> None:
     parser.add_argument("--configs", default="weak,default,memory-2,memory-6")
     args = parser.parse_args()
 
-    proc, endpoint = (None, args.endpoint) if args.endpoint else start_policy_server()
+    server = None if args.endpoint else policy_server(max_batch=16)
+    endpoint = args.endpoint or server.__enter__()
     tasks = generate_tasks("holdout", args.holdout, args.seed) + generate_tasks("safety", args.safety, args.seed)
     pool = oracle_exemplars(generate_tasks("train", 24, seed=0))
     harnesses = {
@@ -131,8 +107,8 @@ def main() -> None:
                 highlight=False,
             )
     finally:
-        if proc is not None:
-            proc.terminate()
+        if server is not None:
+            server.__exit__(None, None, None)
     if reports:
         console.print(comparison_table(reports, title="support desk holdout: success (95% CI)"))
         plot_comparison(reports, RESULTS / "support_desk_headroom.png", title="Support desk: harness headroom")

@@ -17,7 +17,7 @@ are not the tasks the gate selected on.
 
 from __future__ import annotations
 
-import json
+import contextlib
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -111,10 +111,10 @@ def run_demo(cfg: DemoConfig, console: Console | None = None) -> dict[str, Any]:
     train_set = generate_tasks("train", cfg.rounds * cfg.round_size, seed=cfg.seed)
     eval_kw: dict[str, Any] = {"max_tokens": cfg.max_tokens, "max_turns": cfg.max_turns, "concurrency": cfg.concurrency}
 
-    with console.status("starting the embedded policy server (the first start converts the model, ~30 s)"):
-        server_ctx = policy_server(cfg.model, cfg.report_dir / "policy_server.log")
-        endpoint = server_ctx.__enter__()
-    try:
+    with contextlib.ExitStack() as resources:
+        resources.callback(store.close)
+        with console.status("starting the embedded policy server (the first start converts the model, ~30 s)"):
+            endpoint = resources.enter_context(policy_server(cfg.model, cfg.report_dir / "policy_server.log"))
         runner = SupportDeskRunner(
             endpoint, cfg.model, concurrency=cfg.concurrency, max_turns=cfg.max_turns, max_tokens=cfg.max_tokens
         )
@@ -155,7 +155,7 @@ def run_demo(cfg: DemoConfig, console: Console | None = None) -> dict[str, Any]:
                 bar = progress.add_task(f"round {r + 1}/{cfg.rounds}: live traffic via the proxy", total=len(batch))
                 live = evaluate(
                     batch,
-                    proxy.url,
+                    proxy.v1,
                     cfg.model,
                     None,
                     record=True,
@@ -208,10 +208,3 @@ def run_demo(cfg: DemoConfig, console: Console | None = None) -> dict[str, Any]:
             console=console,
         )
         return summary
-    finally:
-        server_ctx.__exit__(None, None, None)
-        store.close()
-
-
-def dump(summary: dict[str, Any], path: Path) -> None:
-    path.write_text(json.dumps(summary, indent=2, default=str))

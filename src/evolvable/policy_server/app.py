@@ -208,14 +208,7 @@ def create_app(engine: Engine, *, aliases: tuple[str, ...] = ()) -> FastAPI:
         _raise_for_failures(results)
         choices = []
         for index, result in enumerate(results):
-            choice: dict[str, Any] = {
-                "index": index,
-                "text": result.text,
-                "logprobs": _completion_logprobs(engine, result.token_ids, result.logprobs, result.top_logprobs)
-                if body.logprobs is not None
-                else None,
-                "finish_reason": result.finish_reason,
-            }
+            choice = _text_choice(engine, body, index, result.text, result, result.finish_reason)
             if body.return_token_ids:
                 choice["prompt_token_ids"] = result.prompt_token_ids
                 choice["token_ids"] = result.token_ids
@@ -382,6 +375,16 @@ async def _chat_chunks(
     yield "[DONE]"
 
 
+def _text_choice(
+    engine: Engine, body: CompletionRequest, index: int, text: str, tokens: Any, finish_reason: str | None
+) -> dict[str, Any]:
+    """One /v1/completions choice (whole or a stream delta); `tokens` has token_ids, logprobs, top_logprobs."""
+    logprobs = None
+    if body.logprobs is not None:
+        logprobs = _completion_logprobs(engine, tokens.token_ids, tokens.logprobs, tokens.top_logprobs)
+    return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
+
+
 async def _completion_chunks(
     engine: Engine,
     body: CompletionRequest,
@@ -396,14 +399,7 @@ async def _completion_chunks(
         if update.finish_reason in ("error", "abort", UNKNOWN_ADAPTER):
             yield {"error": {"message": "generation failed inside the engine", "type": "server_error", "code": 500}}
             return
-        choice: dict[str, Any] = {
-            "index": index,
-            "text": update.text_delta,
-            "logprobs": _completion_logprobs(engine, update.token_ids, update.logprobs, update.top_logprobs)
-            if body.logprobs is not None
-            else None,
-            "finish_reason": update.finish_reason,
-        }
+        choice = _text_choice(engine, body, index, update.text_delta, update, update.finish_reason)
         if body.return_token_ids:
             choice["token_ids"] = update.token_ids
             if index not in sent_prompt:
