@@ -28,6 +28,10 @@ class Settings:
 
     admin_key: str | None = field(default_factory=lambda: os.environ.get("EVOLVABLE_ADMIN_KEY"))
 
+    tokenizers: str | None = field(default_factory=lambda: os.environ.get("EVOLVABLE_TOKENIZERS"))
+    """`model=path,...` (`*=path` for any other model): local tokenizers governance uses to redact the token
+    ids of calls whose text it redacted, instead of dropping them."""
+
     test_postgres_url: str = field(
         default_factory=lambda: os.environ.get(
             "EVOLVABLE_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test"

@@ -187,3 +187,27 @@ def test_no_format_exemplars_without_a_successful_tool_using_run() -> None:
     ctx = DecisionContext(stats=s, active_harness=base_harness(), active_version="h", parent_version=None, runs=runs)
     proposal, _ = decide(ctx, CFG)
     assert proposal is None or proposal.lever != Lever.memory
+
+
+def test_without_successes_an_explorable_agent_explores_its_recorded_failed_tasks() -> None:
+    s = stats({"refund": group(5, 5), "orders": group(5, 0), "address": group(5, 0)})
+    runs = [_run("refund", True, 1, 0), _run("orders", False, 1, 1), _run("address", False, 0, 2)]
+    runs[1].task_id = "sd-train-1-0001"  # only the orders run can be replayed
+    explorable = DecisionContext(
+        stats=s, active_harness=base_harness(), active_version="h", parent_version=None, runs=runs, can_explore=True
+    )
+    proposal, _ = decide(explorable, CFG)
+    assert proposal is not None and proposal.lever == Lever.memory
+    assert proposal.rule == "explore failing clusters by replay"
+    assert proposal.target == {"clusters": ["orders"], "explore": True} and proposal.improve == ["orders"]
+    assert proposal.target_key.endswith(":explore")
+    # A runner that cannot explore falls back to borrowing format exemplars.
+    explorable.can_explore = False
+    fallback, _ = decide(explorable, CFG)
+    assert fallback is not None and "donors" in fallback.target
+    # A failed exploration of the same clusters cools down; the next rule gets its turn.
+    explorable.can_explore = True
+    explorable.recent = [past(Lever.memory, DecisionState.unavailable, proposal.target_key)]
+    cooled, trace = decide(explorable, CFG)
+    assert cooled is None or cooled.target != proposal.target
+    assert any("cooldown" in line for line in trace)

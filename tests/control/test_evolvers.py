@@ -12,9 +12,10 @@ from evolvable.control.evolvers.memory import MemoryEvolver, exemplar_from_traje
 from evolvable.control.evolvers.reflective import EvolverModel, PromptEvolver, SkillEvolver
 from evolvable.control.evolvers.tools import ToolDescriptionEvolver
 from evolvable.control.evolvers.weights import UNAVAILABLE, WeightsEvolver
+from evolvable.control.exploration import ExplorationReport
 from evolvable.control.models import Lever
 from evolvable.control.statistics import compute_statistics, load_runs
-from evolvable.protocol.harness import render_messages
+from evolvable.protocol.harness import MemoryExemplar, render_messages
 from evolvable.protocol.models import ChatMessage
 
 
@@ -128,3 +129,58 @@ def test_memory_evolver_borrows_tool_using_successes_as_format_exemplars(sqlite_
     assert cand.harness.memory_k >= 1
     with pytest.raises(LeverUnavailable, match="tool-using"):
         MemoryEvolver().propose(ctx, Proposal(Lever.memory, "format", "", target={"clusters": ["x"], "donors": ["y"]}))
+
+
+class FakeExplorer:
+    """Rebuilds `task-*` ids and 'solves' the tasks whose id ends in an even digit."""
+
+    def __init__(self) -> None:
+        self.explored: list[str] = []
+
+    def run(self, harness, policy, tasks):  # a ReplayRunner too
+        return []
+
+    def recorded_task(self, task_id: str, cluster: str):
+        return (task_id, cluster) if task_id.startswith("task-") else None
+
+    def explore(self, harness, policy, tasks):
+        self.explored += [t[0] for t in tasks]
+        found = [
+            MemoryExemplar(
+                id=f"ex-{tid}",
+                cluster=cluster,
+                task_input=tid,
+                messages=[ChatMessage(role="user", content=tid), ChatMessage(role="assistant", content="done")],
+            )
+            for tid, cluster in tasks
+            if int(tid[-1]) % 2 == 0
+        ]
+        return ExplorationReport(exemplars=found, tasks=len(tasks), episodes=3 * len(tasks))
+
+
+class FruitlessExplorer(FakeExplorer):
+    def explore(self, harness, policy, tasks):
+        return ExplorationReport(exemplars=[], tasks=len(tasks), episodes=7)
+
+
+def test_memory_evolver_explores_recorded_failed_tasks_when_no_success_exists(sqlite_store) -> None:
+    from evolvable.control.gates import ReplaySuite
+
+    for i in range(5):
+        t = make_trajectory(cluster="refund", success=False, harness_version="h1-a", task_text=f"refund {i}")
+        sqlite_store.put_trajectory(t.model_copy(update={"task_id": f"task-{i}" if i else "unrebuildable"}))
+    explorer = FakeExplorer()
+    ctx = context(sqlite_store)
+    ctx.suite = ReplaySuite(explorer, holdout=[])
+    proposal = Proposal(Lever.memory, "explore", "", target={"clusters": ["refund"], "explore": True})
+    cand = MemoryEvolver(per_cluster=2, explore_tasks=3).propose(ctx, proposal)
+    assert len(explorer.explored) == 3 and all(tid.startswith("task-") for tid in explorer.explored)
+    assert [ex.id for ex in cand.harness.memory] == [f"ex-{tid}" for tid in explorer.explored if int(tid[-1]) % 2 == 0]
+    assert cand.changes["exploration"]["tasks"] == 3 and cand.harness.memory_k >= 1
+    # Nothing solved: the lever says so instead of proposing an empty change.
+    ctx.suite = ReplaySuite(FruitlessExplorer(), holdout=[])
+    with pytest.raises(LeverUnavailable, match="no verified success"):
+        MemoryEvolver().propose(ctx, proposal)
+    ctx.suite = None
+    with pytest.raises(LeverUnavailable, match="replay runner that can explore"):
+        MemoryEvolver().propose(ctx, proposal)

@@ -201,12 +201,42 @@ def test_models_and_health(served: Served) -> None:
         ({"model": MODEL, "messages": QUESTION, "top_p": 0}, 400),
         ({"model": MODEL, "messages": [{"role": "user", "content": "x " * 9000}]}, 400),
         ({"messages": QUESTION}, 400),
+        ({"model": MODEL, "messages": QUESTION, "continue_final_message": True, "add_generation_prompt": False}, 400),
+        (
+            {
+                "model": MODEL,
+                "messages": [*QUESTION, {"role": "assistant", "content": "x"}],
+                "continue_final_message": True,
+            },
+            400,
+        ),
     ],
 )
 def test_bad_chat_requests_get_openai_errors(served: Served, body: dict, status: int) -> None:
     response = httpx.post(f"{served.base_url}/v1/chat/completions", json=body, timeout=60)
     assert response.status_code == status
     assert set(response.json()["error"]) >= {"message", "type", "code"}
+
+
+def test_continue_final_message_continues_the_prefilled_answer(served: Served) -> None:
+    """vLLM's prefill: the prompt ends inside the assistant message and the answer is only the continuation."""
+    prefix = "The capital of France is"
+    messages = [*QUESTION, {"role": "assistant", "content": prefix}]
+    response = client(served).chat.completions.create(
+        model=MODEL,
+        messages=messages,  # type: ignore[arg-type]
+        max_tokens=4,
+        temperature=0,
+        extra_body={"continue_final_message": True, "add_generation_prompt": False, "return_token_ids": True},
+    )
+    body = response.model_dump()
+    expected = served.tokenizer.apply_chat_template(
+        messages, continue_final_message=True, add_generation_prompt=False, tokenize=True, return_dict=True
+    )["input_ids"]
+    assert body["prompt_token_ids"] == list(expected)
+    assert served.tokenizer.decode(body["prompt_token_ids"]).endswith(prefix)
+    text = body["choices"][0]["message"]["content"]
+    assert "Paris" in text and not text.startswith(prefix)
 
 
 def test_bad_json_and_adapter_errors(served: Served) -> None:

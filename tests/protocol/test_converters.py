@@ -293,6 +293,17 @@ def test_rl_samples_merge_turns_and_mask_non_model_tokens(trajectory: Trajectory
     assert sample.reward == 1.0 and sample.cluster == "order_status" and sample.harness_version == "h1-abc"
 
 
+def test_rl_samples_mask_completion_tokens_that_redaction_replaced(trajectory: Trajectory) -> None:
+    first = trajectory.steps[0].choices[0]
+    first.redacted_token_spans = [(1, 2)]  # token 12 stands for a placeholder: never sampled, so its logprob
+    # is no behaviour logprob even if a producer left one there
+    (sample,) = trajectory_to_samples(trajectory)
+    assert sample.input_ids == [1, 2, 3, 4, 11, 12, 13, 5, 6, 21, 22]
+    assert sample.loss_mask == [0, 0, 0, 0, 1, 0, 1, 0, 0, 1, 1]
+    assert sample.behaviour_logprobs == [0, 0, 0, 0, -0.1, 0, -0.3, 0, 0, -0.5, -0.05]
+    assert sample.token_turn[5] == 0 and sample.num_generated == 4
+
+
 def test_rl_samples_split_when_prompt_does_not_extend(trajectory: Trajectory) -> None:
     trajectory.steps[-1].prompt_token_ids = [9, 9]
     samples = trajectory_to_samples(trajectory)

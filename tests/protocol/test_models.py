@@ -58,6 +58,29 @@ def test_logprobs_must_align_with_token_ids() -> None:
         CompletionChoice(completion_token_ids=[1, 2], logprobs=[-0.1])
 
 
+def test_redacted_token_spans_must_be_ordered_ranges_within_the_completion() -> None:
+    choice = CompletionChoice(
+        completion_token_ids=[1, 2, 3, 4], logprobs=[-0.1, 0.0, 0.0, -0.2], redacted_token_spans=[(1, 3)]
+    )
+    assert choice.redacted_token_mask() == [False, True, True, False]
+    assert CompletionChoice.model_validate_json(choice.model_dump_json()) == choice
+    for bad in ([(2, 2)], [(0, 5)], [(2, 3), (1, 2)], [(-1, 1)]):
+        with pytest.raises(ValueError, match="redacted_token_spans"):
+            CompletionChoice(completion_token_ids=[1, 2, 3, 4], redacted_token_spans=bad)
+    with pytest.raises(ValueError, match="needs completion_token_ids"):
+        CompletionChoice(redacted_token_spans=[(0, 1)])
+    assert CompletionChoice(completion_token_ids=[1]).redacted_token_mask() == [False]
+
+
+def test_records_of_the_previous_minor_version_stay_valid(trajectory: Trajectory) -> None:
+    assert SCHEMA_VERSION == "1.1.0"
+    data = trajectory.model_dump(
+        mode="json", exclude={"steps": {"__all__": {"choices": {"__all__": {"redacted_token_spans"}}}}}
+    )
+    data["schema_version"] = "1.0.0"
+    assert parse_trajectory(data).llm_calls()[0].choices[0].redacted_token_spans is None
+
+
 def test_signal_values_must_be_finite() -> None:
     with pytest.raises(ValueError, match="finite"):
         Signal(kind=SignalKind.judge, value=float("nan"))

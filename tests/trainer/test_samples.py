@@ -67,6 +67,20 @@ def test_exclusions_are_counted_by_reason(trajectory_factory) -> None:
     assert {round(max(s.advantages, key=abs), 6) for s in samples} == {1.0, -1.0}
 
 
+def test_completion_tokens_replaced_by_redaction_are_never_trained_on(trajectory_factory) -> None:
+    partly = trajectory_factory(outcome=1.0, completion=[5, 6, 7, 8])
+    partly.steps[0].choices[0].redacted_token_spans = [(1, 3)]  # a tokenized placeholder the policy never sampled
+    fully = trajectory_factory(outcome=1.0, completion=[9, 10])
+    fully.steps[0].choices[0].redacted_token_spans = [(0, 2)]
+    plain = trajectory_factory(outcome=0.0, completion=[11, 12])
+    samples, stats = build_training_set([partly, fully, plain], RLConfig(), RunningBaselines())
+    assert dict(stats.excluded) == {"empty": 1}
+    by_trajectory = {s.trajectory_id: s for s in samples}
+    sample = by_trajectory[partly.id]
+    assert sample.loss_mask[-4:] == [1, 0, 0, 1] and sample.behaviour_logprobs[-4:] == [-2.0, 0.0, 0.0, -2.0]
+    assert sample.num_generated == 2 and stats.generated_tokens == 4
+
+
 def test_other_harness_and_unknown_versions_can_be_allowed(trajectory_factory) -> None:
     trajectories = [trajectory_factory(harness_version="h0", policy_version="x", outcome=float(i)) for i in range(2)]
     config = RLConfig(

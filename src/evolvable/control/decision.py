@@ -60,7 +60,8 @@ class Proposal:
 
     @property
     def target_key(self) -> str:
-        return f"{self.lever.value}:{sorted(self.target.get('clusters', []))}:{self.target.get('tool', '')}"
+        key = f"{self.lever.value}:{sorted(self.target.get('clusters', []))}:{self.target.get('tool', '')}"
+        return key + (":explore" if self.target.get("explore") else "")
 
 
 @dataclass
@@ -75,6 +76,8 @@ class DecisionContext:
     weights_available: bool = True
     runs: list[RunSummary] = field(default_factory=list)
     """The window's runs (all harness versions), for rules that look at individual runs."""
+    can_explore: bool = False
+    """The agent's replay runner can re-run recorded tasks in search of successes (exploration by replay)."""
 
 
 def _failing_clusters(stats: AgentStatistics, cfg: DecisionConfig) -> list[str]:
@@ -127,9 +130,11 @@ def rule_rollback(ctx: DecisionContext, cfg: DecisionConfig) -> Proposal | None:
 def rule_memory(ctx: DecisionContext, cfg: DecisionConfig) -> Proposal | None:
     """Failing clusters where successful runs exist that are not yet exemplars: show the model those.
 
-    When no failing cluster has a success of its own, successful tool-using runs of other clusters
-    still demonstrate the action format (how to call a tool, read the result, reply); they are
-    offered as general exemplars. Smallest blast radius of all levers, and the gates decide.
+    When no failing cluster has a success of its own and the agent's replay runner can explore, its
+    recorded tasks are searched for verified successes (exploration by replay). Otherwise successful
+    tool-using runs of other clusters still demonstrate the action format (how to call a tool, read
+    the result, reply); they are offered as general exemplars. Smallest blast radius of all levers,
+    and the gates decide.
     """
     in_memory: dict[str, set[str]] = {}
     for ex in ctx.active_harness.memory:
@@ -151,6 +156,25 @@ def rule_memory(ctx: DecisionContext, cfg: DecisionConfig) -> Proposal | None:
             improve=clusters,
             at_risk=[],
             evidence={c: ctx.stats.clusters[c].to_dict() for c in clusters},
+        )
+    explorable = sorted(
+        c
+        for c in failing
+        if len(in_memory.get(c, set())) < cfg.exemplars_per_cluster
+        and any(r.cluster == c and r.task_id and not r.success for r in ctx.runs)
+    )
+    if ctx.can_explore and explorable:
+        return Proposal(
+            Lever.memory,
+            "explore failing clusters by replay",
+            "clusters "
+            + ", ".join(f"{c} ({ctx.stats.clusters[c].success_rate:.0%})" for c in explorable)
+            + " fail with no successful runs to use as exemplars; their recorded tasks can be replayed and"
+            " searched for verified successes",
+            target={"clusters": explorable, "explore": True},
+            improve=explorable,
+            at_risk=[c for c in ctx.stats.clusters if c not in explorable],
+            evidence={c: ctx.stats.clusters[c].to_dict() for c in explorable},
         )
     used = set().union(*in_memory.values()) if in_memory else set()
     donors = sorted(

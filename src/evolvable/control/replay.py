@@ -4,17 +4,26 @@
 server directly, so replays never become training data). Episodes are memoised by (harness,
 served model, task): with greedy decoding the same inputs give the same episode, so the active
 version runs once per task however many candidates are compared with it.
+
+It is also an `Explorer`: recorded train-split tickets are rebuilt from their ids and searched in
+the replayable back office (`workloads.support_desk.explore`); `sanitize` (e.g. the governance
+redactor) runs over every exemplar before it can reach the registry.
 """
 
 from __future__ import annotations
 
+import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from evolvable.control.exploration import ExplorationReport
 from evolvable.control.gates import TaskOutcome
 from evolvable.control.models import PolicySpec
-from evolvable.protocol.harness import Harness
+from evolvable.protocol.harness import Harness, MemoryExemplar
+
+_TASK_ID = re.compile(r"^sd-(train)-(\d+)-(\d+)$")
 
 
 class SupportDeskRunner:
@@ -28,6 +37,8 @@ class SupportDeskRunner:
         max_tokens: int = 64,
         api_key: str | None = None,
         timeout_s: float = 300.0,
+        explore_max_episodes: int = 12,
+        sanitize: Callable[[MemoryExemplar], MemoryExemplar] | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.model = model
@@ -36,6 +47,8 @@ class SupportDeskRunner:
         self.max_tokens = max_tokens
         self.api_key = api_key
         self.timeout_s = timeout_s
+        self.explore_max_episodes = explore_max_episodes
+        self.sanitize = sanitize
         self._memo: dict[tuple[str, str, str], Any] = {}
         self._lock = threading.Lock()
         self.episodes_run = 0
@@ -78,3 +91,50 @@ class SupportDeskRunner:
             )
             for e in self.episodes(harness, policy, tasks)
         ]
+
+    # ------------------------------------------------------------------ exploration
+
+    def recorded_task(self, task_id: str, cluster: str) -> Any | None:
+        """Train-split tickets only (`sd-train-{seed}-{index}`); held-out and safety ids are refused."""
+        from evolvable.workloads.support_desk.tasks import ALL_INTENTS, make_task
+
+        match = _TASK_ID.match(task_id or "")
+        if match is None or cluster not in ALL_INTENTS:
+            return None
+        return make_task("train", int(match.group(2)), int(match.group(3)), cluster)
+
+    def explore(self, harness: Harness, policy: PolicySpec | None, tasks: Sequence[Any]) -> ExplorationReport:
+        """Search each task (concurrently; the policy server batches) and keep the verified, safe successes."""
+        import openai
+
+        from evolvable.workloads.support_desk.explore import SearchExplorer
+
+        model = policy.served_model if policy else self.model
+        client = openai.OpenAI(
+            base_url=self.endpoint, api_key=self.api_key or "evolvable", timeout=self.timeout_s, max_retries=1
+        )
+
+        def search(task: Any) -> tuple[Any, list[Any]]:
+            explorer = SearchExplorer(
+                client, model, harness, max_turns=self.max_turns, max_episodes=self.explore_max_episodes
+            )
+            return task, explorer.search(task)
+
+        try:
+            with ThreadPoolExecutor(max_workers=max(1, self.concurrency)) as pool:
+                results = list(pool.map(search, tasks))
+        finally:
+            client.close()
+        report = ExplorationReport(exemplars=[], tasks=len(tasks))
+        for task, tried in results:
+            row = report.per_cluster.setdefault(task.cluster, {"tasks": 0, "solved": 0, "episodes": 0})
+            row["tasks"] += 1
+            row["episodes"] += len(tried)
+            report.episodes += len(tried)
+            if tried and tried[-1].success:
+                row["solved"] += 1
+                exemplar = tried[-1].exemplar(task)
+                report.exemplars.append(self.sanitize(exemplar) if self.sanitize else exemplar)
+        # Fewest turns first: the shortest verified solution is the clearest worked example.
+        report.exemplars.sort(key=lambda ex: (ex.cluster or "", len(ex.messages)))
+        return report

@@ -27,6 +27,7 @@ from evolvable.control.evolvers import (
     PolicyCandidate,
     default_evolvers,
 )
+from evolvable.control.exploration import explorer_of
 from evolvable.control.gates import GateConfig, Gates, ReplaySuite
 from evolvable.control.journal import Journal
 from evolvable.control.leader import LeaderLock
@@ -202,6 +203,7 @@ class ControlPlane:
             parent_version=parent,
             recent=self.journal.decisions(agent, limit=20),
             runs=runs,
+            can_explore=explorer_of(self.suites.get(agent)) is not None,
         )
         proposal, trace = decide(ctx, self.config.decision)
         if proposal is None:
@@ -250,7 +252,9 @@ class ControlPlane:
             report.actions.append(f"{say}: restored {target}")
             return
         evolver = self.evolvers.get(proposal.lever)
-        ectx = EvolveContext(agent, self.store, active.harness(), active.id, runs, stats, policy)
+        ectx = EvolveContext(
+            agent, self.store, active.harness(), active.id, runs, stats, policy, suite=self.suites.get(agent)
+        )
         try:
             if evolver is None:
                 raise LeverUnavailable(f"{proposal.lever.value} lever unavailable: no evolver configured")

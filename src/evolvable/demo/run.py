@@ -48,6 +48,10 @@ class DemoConfig:
     """Starting harness: `default` (a plain, reasonable agent) or `weak` (prose-only; nothing to harvest)."""
     live_temperature: float = 0.8
     """Live agents sample; the lucky successes are what the memory lever harvests. Measurements are greedy."""
+    explore_tasks: int = 2
+    """Recorded failed tickets per failing cluster that the memory lever replays in search of a success."""
+    explore_max_episodes: int = 12
+    """Search budget per ticket (episodes tried before giving up)."""
 
     @classmethod
     def build(cls, report_dir: Path, *, quick: bool, levers: frozenset[Lever] | None, model: str) -> DemoConfig:
@@ -55,6 +59,7 @@ class DemoConfig:
         if quick:
             cfg.rounds, cfg.round_size, cfg.report_tasks, cfg.gate_tasks, cfg.safety_tasks = 2, 12, 12, 12, 4
             cfg.max_tokens, cfg.max_turns = 40, 3
+            cfg.explore_tasks, cfg.explore_max_episodes = 1, 10
             cfg.levers = frozenset({Lever.memory, Lever.skill, Lever.prompt, Lever.tool})
         if levers is not None:
             cfg.levers = levers
@@ -93,8 +98,8 @@ def run_demo(cfg: DemoConfig, console: Console | None = None) -> dict[str, Any]:
     from evolvable.control.router import HarnessRouter
     from evolvable.control.runtime import ControlPlane
     from evolvable.demo.report import write_report
-    from evolvable.demo.services import ProxyServer, policy_server
-    from evolvable.demo.tuning import control_config, evolvers
+    from evolvable.demo.services import ProxyServer, embedded_tokenizers, policy_server
+    from evolvable.demo.tuning import control_config, evolvers, exemplar_redactor
     from evolvable.governance import Governance
     from evolvable.proxy.app import create_app
     from evolvable.proxy.config import ProxyConfig
@@ -116,7 +121,13 @@ def run_demo(cfg: DemoConfig, console: Console | None = None) -> dict[str, Any]:
         with console.status("starting the embedded policy server (the first start converts the model, ~30 s)"):
             endpoint = resources.enter_context(policy_server(cfg.model, cfg.report_dir / "policy_server.log"))
         runner = SupportDeskRunner(
-            endpoint, cfg.model, concurrency=cfg.concurrency, max_turns=cfg.max_turns, max_tokens=cfg.max_tokens
+            endpoint,
+            cfg.model,
+            concurrency=cfg.concurrency,
+            max_turns=cfg.max_turns,
+            max_tokens=cfg.max_tokens,
+            explore_max_episodes=cfg.explore_max_episodes,
+            sanitize=exemplar_redactor(),
         )
         router = HarnessRouter(store.engine, refresh_interval_s=1.0)
         plane = ControlPlane(store, config=control_config(cfg), router=router, evolvers=evolvers(cfg, endpoint))
@@ -124,7 +135,7 @@ def run_demo(cfg: DemoConfig, console: Console | None = None) -> dict[str, Any]:
         start_harness = weak_harness() if cfg.start == "weak" else default_harness()
         plane.bootstrap(start_harness, PolicySpec(base_model=cfg.model))
 
-        gov = Governance.for_store(store)
+        gov = Governance.for_store(store, tokenizers=embedded_tokenizers(cfg.model))
         proxy_cfg = ProxyConfig.for_upstream(endpoint, writer_mode="thread", spool_dir=cfg.report_dir / "spool")
         app = create_app(
             proxy_cfg,

@@ -6,12 +6,27 @@ router the proxy consults are the same objects.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import httpx
 
 from evolvable.policy_server.launcher import policy_server
+from evolvable.policy_server.model_loading import cached_model_dir
 from evolvable.trainer.stack import ServerThread
 
-__all__ = ["ProxyServer", "policy_server"]
+if TYPE_CHECKING:
+    from evolvable.governance.redaction.tokenizer_registry import TokenizerRegistry
+
+__all__ = ["ProxyServer", "embedded_tokenizers", "policy_server"]
+
+
+def embedded_tokenizers(model: str) -> TokenizerRegistry:
+    """The embedded model's tokenizer (cached next to its weights by the policy server's first load) for
+    governance, so calls it redacts keep redacted token ids. It serves the model's LoRA adapters too (the
+    fallback): every name the embedded policy server answers to shares the base model's tokenizer."""
+    from evolvable.governance.redaction.tokenizer_registry import TokenizerRegistry
+
+    return TokenizerRegistry({model: cached_model_dir(model)}, fallback=model)
 
 
 class ProxyServer(ServerThread):

@@ -8,6 +8,7 @@ still blocks any new probe failure.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from evolvable.control.decision import DecisionConfig
@@ -18,6 +19,7 @@ from evolvable.control.runtime import ControlConfig
 
 if TYPE_CHECKING:
     from evolvable.demo.run import DemoConfig
+    from evolvable.protocol.harness import MemoryExemplar
 
 
 def control_config(cfg: DemoConfig) -> ControlConfig:
@@ -41,13 +43,38 @@ def control_config(cfg: DemoConfig) -> ControlConfig:
 def evolvers(cfg: DemoConfig, endpoint: str) -> dict[Lever, Any]:
     """The default evolvers; the weights lever trains small LoRA jobs and hot-loads them into the server."""
     from evolvable.control.evolvers import default_evolvers
+    from evolvable.control.evolvers.memory import MemoryEvolver
     from evolvable.control.evolvers.weights import WeightsEvolver
 
     server = endpoint.removesuffix("/v1")
     out = default_evolvers(policy_servers=(server,))
+    out[Lever.memory] = MemoryEvolver(per_cluster=2, explore_tasks=cfg.explore_tasks)
     out[Lever.weights] = WeightsEvolver(
         servers=(server,),
         output_root=cfg.report_dir / "adapters",
         config_overrides={"epochs": 1, "ppo_epochs": 2, "micro_batch_size": 4, "grad_accum_steps": 2, "lr": 2e-4},
     )
     return out
+
+
+def exemplar_redactor() -> Callable[[MemoryExemplar], MemoryExemplar]:
+    """Explored exemplars are shown to the model while it serves other customers and stored in the
+    registry: they pass through the same redaction as recorded traffic (one placeholder map each)."""
+    from evolvable.governance.redaction import PlaceholderMap, RedactionEngine
+
+    engine = RedactionEngine()
+
+    def redact(exemplar: MemoryExemplar) -> MemoryExemplar:
+        placeholders = PlaceholderMap()
+
+        def clean(text: str) -> str:
+            return engine.redact(text, placeholders).text
+
+        return exemplar.model_copy(
+            update={
+                "task_input": clean(exemplar.task_input),
+                "messages": [m.model_copy(update={"content": clean(m.text())}) for m in exemplar.messages],
+            }
+        )
+
+    return redact

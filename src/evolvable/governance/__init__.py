@@ -30,6 +30,7 @@ _EXPORTS = {
     "RetentionJob": "retention",
     "Tenant": "tenants",
     "TenantDirectory": "tenants",
+    "TokenizerRegistry": "redaction.tokenizer_registry",
     "ensure_governance_schema": "schema",
     "governance_routers": "api",
     "retention_loop": "retention",

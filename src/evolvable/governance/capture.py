@@ -77,6 +77,7 @@ def _choice(choice: CompletionChoice, fn: ContentMap) -> CompletionChoice:
             "text": fn(choice.text),
             "completion_token_ids": None,
             "logprobs": None,
+            "redacted_token_spans": None,
         }
     )
 
@@ -153,12 +154,14 @@ def mark_redaction_failed(event: Any) -> Any:
     return _map_event(event, _mark, metadata_fn=lambda m: _mark(m) or {}, capture=None)
 
 
-def drop_token_ids(event: Any) -> Any:
+def drop_token_ids(event: Any, reason: str = "redaction") -> Any:
     """Remove engine token ids and logprobs from an llm_call step; they encode the text they were produced from."""
     if isinstance(event, StepAppended) and isinstance(event.step, LLMCallStep):
         step = event.step
-        choices = [c.model_copy(update={"completion_token_ids": None, "logprobs": None}) for c in step.choices]
-        meta = {**step.metadata, "token_ids_dropped": "redaction"}
+        cleared = {"completion_token_ids": None, "logprobs": None, "redacted_token_spans": None}
+        choices = [c.model_copy(update=cleared) for c in step.choices]
+        meta = {**step.metadata, "token_ids_dropped": reason}
+        meta.pop("token_ids_redacted", None)
         return event.model_copy(
             update={"step": step.model_copy(update={"prompt_token_ids": None, "choices": choices, "metadata": meta})}
         )

@@ -6,8 +6,10 @@ events is replaced by `<REDACTION_FAILED>` (token ids dropped too) and a `redact
 entry is written; content is never stored in the clear because a stage broke.
 
 Token ids spell out the text they were produced from, so when redaction changes an llm_call's text
-its engine token ids and logprobs are dropped (the step says so in `metadata.token_ids_dropped`);
-re-tokenizing the redacted text would train on tokens the policy never produced.
+its engine token ids must change too: with a tokenizer for the call's model (`tokenizers`) the built-in
+redactor rewrites them to decode to the redacted text (replaced completion tokens are marked, never trained
+on); otherwise they and the logprobs are dropped (the step says so in `metadata.token_ids_dropped`). A
+custom redactor that does not say it handles token ids gets the drop rule applied after it.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict, defaultdict
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
@@ -23,6 +25,9 @@ from evolvable.governance.audit import AuditAction, AuditLog
 from evolvable.governance.capture import drop_token_ids, mark_redaction_failed, strictest, strip_content
 from evolvable.governance.tenants import TenantDirectory
 from evolvable.protocol.models import CaptureMode, Event, LLMCallStep, StepAppended, TrajectoryStarted
+
+if TYPE_CHECKING:
+    from evolvable.governance.redaction.tokenizer_registry import TokenizerRegistry
 
 
 class EventRedactorLike(Protocol):
@@ -56,9 +61,12 @@ class Governor:
         person_names: bool = False,
         recognizers: Sequence[Any] | None = None,
         agent_cache_size: int = 50_000,
+        tokenizers: TokenizerRegistry | None = None,
     ) -> None:
-        """`redactor` replaces the default engine; `recognizers` replace the default engine's recognizers."""
+        """`redactor` replaces the default engine; `recognizers` replace the default engine's recognizers;
+        `tokenizers` (model -> tokenizer) let the default redactor keep redacted token ids."""
         self.store = store
+        self.tokenizers = tokenizers
         self.audit = audit or AuditLog(store.engine)
         self.directory = directory or TenantDirectory(store.engine, audit=self.audit)
         self._redactor = redactor
@@ -109,8 +117,9 @@ class Governor:
             redacted = list(self.redactor.redact_events(kept))
             if len(redacted) != len(kept):
                 raise RuntimeError(f"redactor returned {len(redacted)} events for {len(kept)}")
+            trusted = getattr(self.redactor, "rewrites_token_ids", False) is True
             governed = [
-                drop_token_ids(after) if _llm_text(before) != _llm_text(after) else after
+                drop_token_ids(after) if not trusted and _llm_text(before) != _llm_text(after) else after
                 for before, after in zip(kept, redacted, strict=True)
             ]
             if self._local.failed_stages:
@@ -145,7 +154,7 @@ class Governor:
                     engine = RedactionEngine(
                         self._recognizers, on_failure=self._on_stage_failure, person_names=self._person_names
                     )
-                    self._redactor = EventRedactor(engine)
+                    self._redactor = EventRedactor(engine, tokenizers=self.tokenizers)
         return self._redactor
 
     # ------------------------------------------------------------------ which agent ran a trajectory

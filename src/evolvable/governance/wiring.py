@@ -7,6 +7,9 @@
 Keys are required when any API key exists or EVOLVABLE_ADMIN_KEY is set; otherwise (a fresh, local,
 single-tenant proxy) calls without a known key belong to the tenant `default`, as without governance,
 while admin routes still need an admin key.
+
+`tokenizers` (model -> local tokenizer; default: the EVOLVABLE_TOKENIZERS setting) lets redacted calls keep
+their token ids, redacted too, for RL; whoever starts the model passes its tokenizer here.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
@@ -24,7 +27,17 @@ from evolvable.governance.pipeline import Governor
 from evolvable.governance.retention import retention_loop
 from evolvable.governance.tenants import DEFAULT_TENANT, TenantDirectory
 from evolvable.proxy.hooks import Principal
+from evolvable.settings import get_settings
 from evolvable.store.tables.governance import api_keys
+
+if TYPE_CHECKING:
+    from evolvable.governance.redaction.tokenizer_registry import TokenizerRegistry
+
+
+def _configured_tokenizers() -> TokenizerRegistry:
+    from evolvable.governance.redaction.tokenizer_registry import TokenizerRegistry
+
+    return TokenizerRegistry.from_spec(get_settings().tokenizers)
 
 
 class KeysOrDefaultTenant:
@@ -56,6 +69,7 @@ class Governance:
         person_names: bool = False,
         retention_interval_s: float = 3600.0,
         admin_key: str | None = None,
+        tokenizers: TokenizerRegistry | None = None,
     ) -> Governance:
         directory = (
             TenantDirectory(store.engine, admin_key=admin_key)
@@ -69,7 +83,13 @@ class Governance:
         return cls(
             store=store,
             directory=directory,
-            governor=Governor(store, directory=directory, audit=directory.audit, person_names=person_names),
+            governor=Governor(
+                store,
+                directory=directory,
+                audit=directory.audit,
+                person_names=person_names,
+                tokenizers=tokenizers if tokenizers is not None else _configured_tokenizers(),
+            ),
             authenticator=directory if require_keys else KeysOrDefaultTenant(directory),
             routers=governance_routers(store, directory),
             retention_interval_s=retention_interval_s,

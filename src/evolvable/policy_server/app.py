@@ -12,6 +12,7 @@ Errors are OpenAI-style `{"error": {"message", "type", "code"}}` bodies with a 4
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -157,7 +158,15 @@ def create_app(engine: Engine, *, aliases: tuple[str, ...] = ()) -> FastAPI:
         body: ChatCompletionRequest = await parse(request, ChatCompletionRequest)
         adapter = resolve_adapter(body.model)
         messages = [_normalise_message(m) for m in body.messages]
-        prompt_ids = await asyncio.to_thread(engine.chat_prompt_ids, messages, body.tools)
+        prompt_ids = await asyncio.to_thread(
+            functools.partial(
+                engine.chat_prompt_ids,
+                add_generation_prompt=body.add_generation_prompt,
+                continue_final_message=body.continue_final_message,
+            ),
+            messages,
+            body.tools,
+        )
         engine.check_request(prompt_ids, adapter)
         top = (body.top_logprobs or 0) if body.logprobs else 0
         params = [body.sampling_params(i, top, body.effective_max_tokens) for i in range(body.n)]

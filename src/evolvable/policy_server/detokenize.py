@@ -2,24 +2,9 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 from transformers import PreTrainedTokenizerBase
 
-
-@lru_cache(maxsize=1)
-def _unicode_to_byte() -> dict[str, int]:
-    """Inverse of the GPT-2 byte-level BPE alphabet (every byte is drawn as one printable character)."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
-    printable += list(range(ord("®"), ord("ÿ") + 1))
-    codes = printable[:]
-    extra = 0
-    for byte in range(256):
-        if byte not in printable:
-            printable.append(byte)
-            codes.append(256 + extra)
-            extra += 1
-    return {chr(code): byte for byte, code in zip(printable, codes, strict=True)}
+from evolvable.protocol.byte_bpe import unicode_to_byte
 
 
 class TokenText:
@@ -35,7 +20,7 @@ class TokenText:
         if cached is not None:
             return cached
         piece = self._tokenizer.convert_ids_to_tokens(token_id)
-        mapping = _unicode_to_byte()
+        mapping = unicode_to_byte()
         if token_id in self._special or not all(ch in mapping for ch in piece):
             raw = self._tokenizer.decode([token_id]).encode("utf-8")
         else:

@@ -171,12 +171,25 @@ class Engine:
         self.stop()
 
     # ----------------------------------------------------------------- prompts
-    def chat_prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> list[int]:
-        """Token ids of a chat prompt under the tokenizer's own chat template, ready for the assistant's turn.
+    def chat_prompt_ids(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        add_generation_prompt: bool = True,
+        continue_final_message: bool = False,
+    ) -> list[int]:
+        """Token ids of a chat prompt under the tokenizer's own chat template, ready for the assistant's turn
+        (or, with `continue_final_message`, inside the last assistant message, as vLLM does for prefills).
         Tool definitions reach the template, which uses them only if it knows how (SmolLM2's ignores them)."""
         try:
             encoded = self.tokenizer.apply_chat_template(
-                messages, tools=tools or None, add_generation_prompt=True, tokenize=True, return_dict=True
+                messages,
+                tools=tools or None,
+                add_generation_prompt=add_generation_prompt,
+                continue_final_message=continue_final_message,
+                tokenize=True,
+                return_dict=True,
             )
         except Exception as err:  # a template error is the caller's malformed conversation
             raise RequestError(f"cannot apply the chat template to these messages: {err}") from err

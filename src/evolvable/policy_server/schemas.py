@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from evolvable.policy_server.sampling import SamplingParams
 
@@ -68,6 +68,18 @@ class ChatCompletionRequest(_SamplingFields):
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
     tools: list[dict[str, Any]] | None = None
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    """vLLM's prefill: the last message is an assistant message the model continues (constrained exploration)."""
+
+    @model_validator(mode="after")
+    def _prefill_is_consistent(self) -> ChatCompletionRequest:
+        if self.continue_final_message:
+            if self.add_generation_prompt:
+                raise ValueError("continue_final_message needs add_generation_prompt=false")
+            if self.messages[-1].get("role") != "assistant":
+                raise ValueError("continue_final_message needs the last message to be the assistant's")
+        return self
 
     @property
     def effective_max_tokens(self) -> int | None:

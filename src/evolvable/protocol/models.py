@@ -17,8 +17,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-SCHEMA_VERSION = "1.0.0"
-"""Semver of the wire format. Any change to the models below bumps it."""
+SCHEMA_VERSION = "1.1.0"
+"""Semver of the wire format. Any change to the models below bumps it: an added optional field the minor
+(records of an older minor stay valid), anything else the major."""
 
 
 def new_id(prefix: str) -> str:
@@ -126,6 +127,12 @@ class CompletionChoice(StrictModel):
     logprobs: list[float] | None = Field(
         None, description="Behaviour logprob of each completion token, aligned with completion_token_ids."
     )
+    redacted_token_spans: list[tuple[int, int]] | None = Field(
+        None,
+        description="[start, end) ranges of completion_token_ids that redaction replaced with tokenized "
+        "placeholders (since 1.1.0). The policy never sampled them: their logprobs are 0.0 and RL gives them "
+        "loss mask 0.",
+    )
 
     @model_validator(mode="after")
     def _aligned(self) -> CompletionChoice:
@@ -134,7 +141,25 @@ class CompletionChoice(StrictModel):
             raise ValueError(
                 f"logprobs has {len(lps)} entries but completion_token_ids has {len(ids)}; they must align"
             )
+        if self.redacted_token_spans:
+            if ids is None:
+                raise ValueError("redacted_token_spans needs completion_token_ids")
+            end = 0
+            for start, stop in self.redacted_token_spans:
+                if not end <= start < stop <= len(ids):
+                    raise ValueError(
+                        f"redacted_token_spans must be sorted, non-overlapping, non-empty ranges within the "
+                        f"{len(ids)} completion tokens; got ({start}, {stop})"
+                    )
+                end = stop
         return self
+
+    def redacted_token_mask(self) -> list[bool]:
+        """Per completion token: True where redaction replaced it (never sampled by the policy)."""
+        mask = [False] * len(self.completion_token_ids or [])
+        for start, stop in self.redacted_token_spans or []:
+            mask[start:stop] = [True] * (stop - start)
+        return mask
 
 
 # --------------------------------------------------------------------------- steps

@@ -29,6 +29,8 @@ class EvolveContext:
     runs: list[RunSummary]
     stats: AgentStatistics
     active_policy: VersionRecord | None = None
+    suite: Any = None
+    """The agent's ReplaySuite, when one is registered (its runner may explore recorded tasks)."""
 
 
 @dataclass

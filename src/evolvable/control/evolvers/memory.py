@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from evolvable.control.decision import Proposal
 from evolvable.control.evolvers import EvolveContext, HarnessCandidate, LeverUnavailable
+from evolvable.control.exploration import explorer_of
 from evolvable.control.models import Lever
 from evolvable.control.statistics import RunSummary, task_text_of
 from evolvable.errors import NotFound
@@ -50,9 +53,57 @@ def exemplar_from_trajectory(t: Trajectory, cluster: str | None = None) -> Memor
 class MemoryEvolver:
     lever = Lever.memory
 
-    def __init__(self, per_cluster: int = 2, max_exemplars: int = 32) -> None:
+    def __init__(self, per_cluster: int = 2, max_exemplars: int = 32, explore_tasks: int = 2) -> None:
         self.per_cluster = per_cluster
         self.max_exemplars = max_exemplars
+        self.explore_tasks = explore_tasks
+        """Recorded failed tasks per cluster that exploration replays."""
+
+    def _explore(self, ctx: EvolveContext, proposal: Proposal) -> HarnessCandidate:
+        """Replay recorded failed tasks of the target clusters through the runner's search; verified
+        successes become that cluster's exemplars."""
+        explorer = explorer_of(ctx.suite)
+        if explorer is None:
+            raise LeverUnavailable("exploration needs a replay runner that can explore (none registered)")
+        harness = ctx.active_harness
+        clusters: list[str] = proposal.target.get("clusters") or []
+        tasks: list[Any] = []
+        for cluster in clusters:
+            seen: set[str] = set()
+            for run in sorted(ctx.runs, key=lambda r: r.started_at, reverse=True):
+                if len(seen) >= self.explore_tasks:
+                    break
+                if run.cluster != cluster or run.success or not run.task_id or run.task_id in seen:
+                    continue
+                task = explorer.recorded_task(run.task_id, cluster)
+                if task is not None:
+                    seen.add(run.task_id)
+                    tasks.append(task)
+        if not tasks:
+            raise LeverUnavailable(f"no recorded tasks of {clusters} can be replayed for exploration")
+        policy = ctx.active_policy.policy() if ctx.active_policy else None
+        report = explorer.explore(harness, policy, tasks)
+        new: list[MemoryExemplar] = []
+        added: dict[str, list[str]] = {}
+        for cluster in clusters:
+            found = [ex for ex in report.exemplars if ex.cluster == cluster][: self.per_cluster]
+            new += found
+            if found:
+                added[cluster] = [ex.id for ex in found]
+        if not new:
+            raise LeverUnavailable(
+                f"exploration found no verified success in {report.tasks} task(s) of {clusters} "
+                f"({report.episodes} episodes)"
+            )
+        keep = [ex for ex in harness.memory if ex.cluster not in added]
+        candidate = harness.model_copy(
+            update={"memory": (new + keep)[: self.max_exemplars], "memory_k": max(harness.memory_k, 1)}
+        )
+        return HarnessCandidate(
+            harness=candidate,
+            note="memory: explored exemplars for " + ", ".join(f"{c} ({len(v)})" for c, v in added.items()),
+            changes={"added_exemplars": added, "exploration": report.to_dict()},
+        )
 
     def _candidates(self, ctx: EvolveContext, cluster: str) -> list[RunSummary]:
         good = [r for r in ctx.runs if r.cluster == cluster and r.success and not r.violations and not r.tool_errors]
@@ -88,6 +139,8 @@ class MemoryEvolver:
         )
 
     def propose(self, ctx: EvolveContext, proposal: Proposal) -> HarnessCandidate:
+        if proposal.target.get("explore"):
+            return self._explore(ctx, proposal)
         harness = ctx.active_harness
         donors = proposal.target.get("donors")
         if donors:

@@ -4,6 +4,7 @@ engine = RedactionEngine(on_failure=audit_hook)
 engine.redact_text("mail bob@example.com")                 # 'mail <EMAIL_1>'
 EventRedactor(engine).redact_events(events)                # per-trajectory consistent placeholders
 StreamRedactor(engine).feed(chunk) / .flush()              # bounded look-behind for streamed text
+EventRedactor(engine, tokenizers=TokenizerRegistry({"m": dir}))  # redacts llm_call token ids too
 """
 
 from evolvable.governance.redaction.engine import (
@@ -18,6 +19,8 @@ from evolvable.governance.redaction.engine import (
 from evolvable.governance.redaction.events import EventRedactor
 from evolvable.governance.redaction.recognizers import Finding, Recognizer, RegexRecognizer, default_recognizers
 from evolvable.governance.redaction.stream import StreamRedactor
+from evolvable.governance.redaction.token_ids import TokenCodec, TokenIdsMismatch
+from evolvable.governance.redaction.tokenizer_registry import TokenizerRegistry
 
 __all__ = [
     "FAILED_MARKER",
@@ -30,6 +33,9 @@ __all__ = [
     "RedactionEngine",
     "RegexRecognizer",
     "StreamRedactor",
+    "TokenCodec",
+    "TokenIdsMismatch",
+    "TokenizerRegistry",
     "default_engine",
     "default_recognizers",
     "redact_text",

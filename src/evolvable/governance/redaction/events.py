@@ -7,8 +7,12 @@ are left alone so the trajectory still links up and can be erased on request.
 
 Token ids: when redaction changed any text of an llm_call step, its prompt_token_ids, completion_token_ids and
 logprobs would no longer decode to the stored text, and keeping them would keep the secret (token ids decode
-back to it). They are dropped and `metadata["token_ids_dropped"] = "redaction"` says why; steps without
-findings keep them, so RL data loses only the (rare) calls that carried PII.
+back to it). With a tokenizer for the call's model (a TokenizerRegistry), the ids are redacted too: the same
+engine and placeholder map run over the decoded tokens and the tokens that overlap a finding are replaced by
+the tokenized placeholder (see token_ids.py); `metadata["token_ids_redacted"]` counts the replaced ranges.
+Without a tokenizer, or when the rewritten ids would not decode to exactly the stored text, they are dropped
+and `metadata["token_ids_dropped"]` says why ("redaction": no tokenizer; "redaction_mismatch"; "redaction_error").
+Steps without findings keep their ids untouched.
 
 Placeholders are consistent per trajectory across writer batches: one PlaceholderMap per trajectory id lives
 in a bounded LRU in memory and is never persisted.
@@ -16,6 +20,7 @@ in a bounded LRU in memory and is never persisted.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -23,6 +28,8 @@ from typing import Any
 
 from evolvable.errors import RedactionFailed
 from evolvable.governance.redaction.engine import FAILED_MARKER, PlaceholderMap, RedactionEngine, default_engine
+from evolvable.governance.redaction.token_ids import TokenIdsMismatch, redact_step_token_ids
+from evolvable.governance.redaction.tokenizer_registry import TokenizerRegistry
 from evolvable.protocol.models import (
     SignalAttached,
     StepAppended,
@@ -30,6 +37,8 @@ from evolvable.protocol.models import (
     TrajectoryEnded,
     TrajectoryStarted,
 )
+
+log = logging.getLogger("evolvable.governance.redaction")
 
 AnyEvent = TrajectoryStarted | StepAppended | SignalAttached | TrajectoryEnded
 
@@ -43,11 +52,23 @@ _FREE_FORM_STEP_FIELDS = {
 
 
 class EventRedactor:
-    """Redacts batches of events with per-trajectory placeholder maps (bounded LRU, memory only)."""
+    """Redacts batches of events with per-trajectory placeholder maps (bounded LRU, memory only).
 
-    def __init__(self, engine: RedactionEngine | None = None, *, max_trajectories: int = 10_000) -> None:
+    `tokenizers` lets it redact the token ids of llm_calls whose text changed instead of dropping them."""
+
+    rewrites_token_ids = True
+    """It drops or rewrites the ids of every llm_call whose text it changed, so the Governor need not."""
+
+    def __init__(
+        self,
+        engine: RedactionEngine | None = None,
+        *,
+        max_trajectories: int = 10_000,
+        tokenizers: TokenizerRegistry | None = None,
+    ) -> None:
         self.engine = engine or default_engine()
         self.max_trajectories = max_trajectories
+        self.tokenizers = tokenizers
         self._maps: OrderedDict[str, PlaceholderMap] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -61,7 +82,9 @@ class EventRedactor:
 
     def redact_trajectory(self, trajectory: Trajectory, placeholders: PlaceholderMap | None = None) -> Trajectory:
         """Redacts a whole trajectory (imports, re-redaction of stored data) with one placeholder map."""
-        r = _EngineRedactor(self.engine, placeholders if placeholders is not None else PlaceholderMap())
+        r = _EngineRedactor(
+            self.engine, placeholders if placeholders is not None else PlaceholderMap(), self.tokenizers
+        )
         data = trajectory.model_dump()
         _header(data, r)
         for step in data["steps"]:
@@ -90,7 +113,7 @@ class EventRedactor:
     def _redact_event(self, event: AnyEvent) -> AnyEvent:
         placeholders = self.placeholders_for(event.trajectory_id)
         try:
-            return _apply(event, _EngineRedactor(self.engine, placeholders))
+            return _apply(event, _EngineRedactor(self.engine, placeholders, self.tokenizers))
         except Exception as err:
             self.engine.report_failure("event", err)
         try:  # fail closed: every free-form string becomes the marker
@@ -137,6 +160,7 @@ def _step(step: dict[str, Any], r: _Redactor) -> None:
 
 
 def _llm_call(step: dict[str, Any], r: _Redactor) -> None:
+    r = r.for_llm_call()
     changed = False
     for message in step.get("request_messages") or []:
         changed |= _message(message, r)
@@ -161,12 +185,18 @@ def _llm_call(step: dict[str, Any], r: _Redactor) -> None:
     had_ids = step.get("prompt_token_ids") is not None or any(
         ch.get("completion_token_ids") is not None or ch.get("logprobs") is not None for ch in step.get("choices") or []
     )
+    if not had_ids:
+        return
+    reason = r.token_ids(step)
+    if reason is None:
+        return
     step["prompt_token_ids"] = None
     for choice in step.get("choices") or []:
         choice["completion_token_ids"] = None
         choice["logprobs"] = None
-    if had_ids:
-        step["metadata"]["token_ids_dropped"] = "redaction"
+        choice["redacted_token_spans"] = None
+    step["metadata"]["token_ids_dropped"] = reason
+    step["metadata"].pop("token_ids_redacted", None)
 
 
 def _message(message: dict[str, Any], r: _Redactor) -> bool:
@@ -193,10 +223,41 @@ class _Redactor:
     def value(self, value: Any) -> tuple[Any, bool]:
         raise NotImplementedError
 
+    def for_llm_call(self) -> _Redactor:
+        return self
+
+    def token_ids(self, step: dict[str, Any]) -> str | None:
+        """Redacts the (changed) step's token ids in place; returns why they must be dropped instead, or None."""
+        return "redaction"
+
 
 class _EngineRedactor(_Redactor):
-    def __init__(self, engine: RedactionEngine, placeholders: PlaceholderMap) -> None:
-        self.engine, self.placeholders = engine, placeholders
+    def __init__(
+        self, engine: RedactionEngine, placeholders: PlaceholderMap, tokenizers: TokenizerRegistry | None = None
+    ) -> None:
+        self.engine, self.placeholders, self.tokenizers = engine, placeholders, tokenizers
+
+    def for_llm_call(self) -> _EngineRedactor:
+        """A redactor for one llm_call that remembers the values it replaced, to check its token ids against."""
+        if not self.tokenizers:
+            return self
+        return _EngineRedactor(self.engine, _RecordingPlaceholders(self.placeholders), self.tokenizers)
+
+    def token_ids(self, step: dict[str, Any]) -> str | None:
+        codec = self.tokenizers.codec_for(step.get("model")) if self.tokenizers else None
+        if codec is None or not isinstance(self.placeholders, _RecordingPlaceholders):
+            return "redaction"
+        try:
+            replaced = redact_step_token_ids(step, codec, self.engine, self.placeholders, self.placeholders.values)
+        except TokenIdsMismatch as err:
+            log.info("token ids of llm_call %s dropped: %s", step.get("id"), err)
+            return "redaction_mismatch"
+        except Exception:  # a bug here costs the ids, never the event (nor a leak)
+            log.exception("token-id redaction of llm_call %s failed; its ids are dropped", step.get("id"))
+            return "redaction_error"
+        earlier = step["metadata"].get("token_ids_redacted")  # re-redaction of stored data adds to it
+        step["metadata"]["token_ids_redacted"] = replaced + (earlier if type(earlier) is int else 0)
+        return None
 
     def text(self, text: str) -> tuple[str, bool]:
         stripped = text.lstrip()
@@ -208,6 +269,25 @@ class _EngineRedactor(_Redactor):
 
     def value(self, value: Any) -> tuple[Any, bool]:
         return self.engine.redact_value(value, self.placeholders)
+
+
+class _RecordingPlaceholders(PlaceholderMap):
+    """The trajectory's map, plus the raw values replaced through it during one llm_call (memory only).
+
+    Delegates to the wrapped map (its own slots stay unused), so placeholders stay trajectory-consistent."""
+
+    __slots__ = ("_inner", "values")
+
+    def __init__(self, inner: PlaceholderMap) -> None:
+        self._inner = inner
+        self.values: set[str] = set()
+
+    def placeholder(self, kind: str, value: str) -> str:
+        self.values.add(value)
+        return self._inner.placeholder(kind, value)
+
+    def __len__(self) -> int:
+        return len(self._inner)
 
 
 class _Scrubber(_Redactor):

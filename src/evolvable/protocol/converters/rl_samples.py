@@ -9,6 +9,9 @@ The rules follow what works in the field (see ANCHORS.md):
 - A call whose prompt is repeated verbatim by the next call was retried: it is dropped as an orphan.
 - Failed calls (status error) and calls without a completion carry nothing to learn from.
 - Only choice 0 continues the conversation; extra choices (n > 1) become single-turn sequences.
+- Completion tokens that governance replaced with a tokenized placeholder (`redacted_token_spans`) were
+  never sampled by the policy: they stay in the sequence (the context must read as stored) with loss
+  mask 0, so neither the loss nor the importance ratios see them.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from evolvable.errors import ConversionError
-from evolvable.protocol.models import LLMCallStep, StepStatus, StrictModel, Trajectory
+from evolvable.protocol.models import CompletionChoice, LLMCallStep, StepStatus, StrictModel, Trajectory
 
 
 class RLSample(StrictModel):
@@ -30,7 +33,10 @@ class RLSample(StrictModel):
     agent: str = "default"
     step_ids: list[str] = Field(description="The llm_call steps whose completions are in this sequence, in order.")
     input_ids: list[int]
-    loss_mask: list[int] = Field(description="1 on tokens the policy generated, 0 on prompt, tool and user tokens.")
+    loss_mask: list[int] = Field(
+        description="1 on tokens the policy generated; 0 on prompt, tool and user tokens and on completion tokens "
+        "redaction replaced."
+    )
     behaviour_logprobs: list[float] | None = Field(
         None, description="Logprob of each token under the behaviour policy; 0.0 where loss_mask is 0."
     )
@@ -86,15 +92,17 @@ class _Builder:
         self.turn += [-1] * len(tokens)
         self.versions += [None] * len(tokens)
 
-    def add_completion(self, step: LLMCallStep, tokens: list[int], logprobs: list[float] | None) -> None:
+    def add_completion(self, step: LLMCallStep, choice: CompletionChoice) -> None:
+        tokens, logprobs = choice.completion_token_ids or [], choice.logprobs
         k = len(self.step_ids)
         self.step_ids.append(step.id)
+        redacted = choice.redacted_token_mask()
         self.ids += tokens
-        self.mask += [1] * len(tokens)
+        self.mask += [0 if r else 1 for r in redacted]
         if logprobs is None:
             self.logprobs = None
         elif self.logprobs is not None:
-            self.logprobs += logprobs
+            self.logprobs += [0.0 if r else lp for lp, r in zip(logprobs, redacted, strict=True)]
         self.turn += [k] * len(tokens)
         self.versions += [step.policy_version] * len(tokens)
         self.policy_version = step.policy_version
@@ -147,7 +155,6 @@ def trajectory_to_samples(trajectory: Trajectory) -> list[RLSample]:
     for call in calls:
         prompt = call.prompt_token_ids or []
         first = call.choices[0]
-        completion = first.completion_token_ids or []
         if current is not None and len(prompt) >= len(current.ids) and prompt[: len(current.ids)] == current.ids:
             current.add_context(prompt[len(current.ids) :])
         else:
@@ -155,15 +162,14 @@ def trajectory_to_samples(trajectory: Trajectory) -> list[RLSample]:
                 samples.append(current.build())
             current = _Builder(trajectory, len(samples))
             current.add_context(prompt)
-        current.add_completion(call, completion, first.logprobs)
+        current.add_completion(call, first)
         extra += [(call, i) for i in range(1, len(call.choices))]
     assert current is not None
     samples.append(current.build())
     for call, choice_index in extra:
         b = _Builder(trajectory, len(samples))
         b.add_context(call.prompt_token_ids or [])
-        choice = call.choices[choice_index]
-        b.add_completion(call, choice.completion_token_ids or [], choice.logprobs)
+        b.add_completion(call, call.choices[choice_index])
         sample = b.build()
         sample.metadata["choice_index"] = choice_index
         samples.append(sample)
