@@ -29,6 +29,8 @@ from rich.progress import Progress
 from rich.table import Table
 
 from evolvable.control.decision import HARNESS_LEVERS, DecisionConfig
+from evolvable.control.evolvers import default_evolvers
+from evolvable.control.evolvers.memory import MemoryEvolver
 from evolvable.control.gates import GateConfig, ReplaySuite
 from evolvable.control.models import Lever, PolicySpec, VersionKind, VersionState
 from evolvable.control.replay import SupportDeskRunner
@@ -76,7 +78,9 @@ def run_arm(
     workdir.mkdir(parents=True, exist_ok=True)
     store = Store.open(f"sqlite:///{workdir / 'store.db'}")
     router = HarnessRouter(store.engine, refresh_interval_s=3600)
-    plane = ControlPlane(store, config=config_for(levers, args.batch_size), router=router)
+    evolvers = default_evolvers()
+    evolvers[Lever.memory] = MemoryEvolver(explore_tasks=args.explore_tasks)
+    plane = ControlPlane(store, config=config_for(levers, args.batch_size), router=router, evolvers=evolvers)
     plane.register_suite(AGENT_NAME, ReplaySuite(runner, tasks["holdout"], tasks["safety"]))
     plane.bootstrap(weak_harness(), PolicySpec(base_model=args.model))
     started = time.perf_counter()
@@ -151,6 +155,9 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--max-turns", type=int, default=4)
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument(
+        "--explore-tasks", type=int, default=2, help="Recorded failed tickets per cluster the memory lever searches."
+    )
     args = parser.parse_args()
     server = None
     endpoint = args.endpoint

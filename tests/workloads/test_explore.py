@@ -62,7 +62,8 @@ def test_search_finds_a_grounded_verified_success_and_stops_there() -> None:
     assert actions[0]["args"]["order_id"] == ORDER_STATUS.expected.order_id  # from the ticket, not invented
     assert ORDER_STATUS.expected.status_word in actions[1]["args"]["message"]  # the writer's text
     assert all(r["continue_final_message"] and not r["add_generation_prompt"] for r in requests)
-    assert all('"' in r["stop"] and "." in r["stop"] and r["temperature"] == 0 for r in requests)
+    assert all('"' in r["stop"] and "." in r["stop"] and r["temperature"] in (0, 0.8) for r in requests)
+    assert requests[0]["temperature"] == 0  # greedy first; sampled rewrites only after a text-decided failure
     exemplar = tried[-1].exemplar(ORDER_STATUS)
     assert [m.role for m in exemplar.messages] == ["user", "assistant", "user", "assistant"]
     assert exemplar.cluster == "order_status" and exemplar.messages[0].content == ORDER_STATUS.prompt()
@@ -107,3 +108,12 @@ def test_runner_rebuilds_only_train_tickets_and_explores_them() -> None:
 @pytest.mark.parametrize("bad", ["", "sd-train-x-0001", "sd-holdout-1-0001"])
 def test_unrebuildable_ids_are_refused(bad: str) -> None:
     assert SupportDeskRunner("http://127.0.0.1:9/v1", "m").recorded_task(bad, "order_status") is None
+
+
+def test_a_configured_writer_model_writes_the_explorers_text() -> None:
+    """In production a stronger model writes the worked examples; the agent's own endpoint is not called."""
+    with MockOpenAI(careful_writer) as writer:
+        runner = SupportDeskRunner("http://127.0.0.1:9/v1", "small", explore_writer=(writer.base_url, "strong"))
+        report = runner.explore(default_harness(), None, [ORDER_STATUS])
+        models = {r["model"] for r in writer.chat_requests}
+    assert report.per_cluster["order_status"]["solved"] == 1 and models == {"strong"}

@@ -38,6 +38,7 @@ class SupportDeskRunner:
         api_key: str | None = None,
         timeout_s: float = 300.0,
         explore_max_episodes: int = 12,
+        explore_writer: tuple[str, str] | None = None,
         sanitize: Callable[[MemoryExemplar], MemoryExemplar] | None = None,
     ) -> None:
         self.endpoint = endpoint
@@ -48,6 +49,9 @@ class SupportDeskRunner:
         self.api_key = api_key
         self.timeout_s = timeout_s
         self.explore_max_episodes = explore_max_episodes
+        self.explore_writer = explore_writer
+        """(endpoint, model) that writes the explorer's free text; None: the agent's own policy. In
+        production a stronger model writes better worked examples than a small agent can."""
         self.sanitize = sanitize
         self._memo: dict[tuple[str, str, str], Any] = {}
         self._lock = threading.Lock()
@@ -109,9 +113,9 @@ class SupportDeskRunner:
 
         from evolvable.workloads.support_desk.explore import SearchExplorer
 
-        model = policy.served_model if policy else self.model
+        endpoint, model = self.explore_writer or (self.endpoint, policy.served_model if policy else self.model)
         client = openai.OpenAI(
-            base_url=self.endpoint, api_key=self.api_key or "evolvable", timeout=self.timeout_s, max_retries=1
+            base_url=endpoint, api_key=self.api_key or "evolvable", timeout=self.timeout_s, max_retries=1
         )
 
         def search(task: Any) -> tuple[Any, list[Any]]:

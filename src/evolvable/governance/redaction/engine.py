@@ -10,13 +10,14 @@ from __future__ import annotations
 import bisect
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from evolvable.errors import RedactionFailed
 from evolvable.governance.redaction.recognizers import Finding, Recognizer, default_recognizers, key_kind
 from evolvable.governance.redaction.recognizers import secret_value_ok as _secret_value_ok
+from evolvable.governance.redaction.validators import digits_of
 
 FAILED_MARKER = "<REDACTION_FAILED>"
 
@@ -30,20 +31,16 @@ def _log_failure(kind: str, error: BaseException) -> None:
     log.error("redaction stage %s failed: %s: %s", kind, type(error).__name__, error)
 
 
-def _digits(value: str) -> str:
-    return "".join(c for c in value if c.isdigit())
-
-
 def _phone_key(value: str) -> str:
-    digits = _digits(value)
+    digits = digits_of(value)
     return digits[1:] if len(digits) == 11 and digits[0] == "1" else digits
 
 
 _NORMALIZERS: dict[str, Callable[[str], str]] = {
     "EMAIL": str.lower,
     "PHONE": _phone_key,
-    "CREDIT_CARD": _digits,
-    "SSN": _digits,
+    "CREDIT_CARD": digits_of,
+    "SSN": digits_of,
     "IBAN": lambda s: s.replace(" ", "").upper(),
 }
 
@@ -61,7 +58,8 @@ class PlaceholderMap:
         self._counts: dict[str, int] = {}
 
     def placeholder(self, kind: str, value: str) -> str:
-        key = (kind, _NORMALIZERS.get(kind, str)(value))
+        normalize = _NORMALIZERS.get(kind)
+        key = (kind, value if normalize is None else normalize(value))
         found = self._by_value.get(key)
         if found is None:
             n = self._counts.get(kind, 0) + 1
@@ -123,8 +121,7 @@ class RedactionEngine:
 
             self.recognizers.append(SpacyPersonRecognizer(ner_model))
         self.on_failure: FailureHook = on_failure or _log_failure
-        self._plan = _keyword_plan(self.recognizers)
-        self._always = [step for step in self._plan[0] if step[1] is None and step[2] is None]
+        self._plan = _KeywordPlan(self.recognizers)
 
     # ----------------------------------------------------------------- text
 
@@ -133,23 +130,14 @@ class RedactionEngine:
         if not text:
             return []
         lowered = text.lower()
-        plan, exact_all, lower_all = self._plan
-        # gitleaks-style pre-filter: each distinct keyword is tested once with a C substring search; a recognizer
-        # none of whose keywords occurs cannot match, so it does not run
-        exact_hits = _present(exact_all, text)
-        lower_hits = _present(lower_all, lowered)
         found: list[Finding] = []
-        for recognizer, exact, lower in plan if (exact_hits or lower_hits) else self._always:
-            if exact is not None and exact.isdisjoint(exact_hits):
-                continue
-            if lower is not None and lower.isdisjoint(lower_hits):
-                continue
+        for recognizer, find in self._plan.runners(text, lowered):
             try:
-                found.extend(recognizer.find(text, lowered))
+                found.extend(find(text, lowered))
             except Exception as err:
                 self.report_failure(getattr(recognizer, "kind", type(recognizer).__name__), err)
                 raise RedactionFailed(f"recognizer {getattr(recognizer, 'kind', recognizer)!r} failed") from err
-        return resolve_overlaps(found)
+        return resolve_overlaps(found) if len(found) > 1 else found
 
     def redact(self, text: str, placeholders: PlaceholderMap | None = None) -> Redaction:
         try:
@@ -249,42 +237,102 @@ class RedactionEngine:
             log.exception("redaction failure hook raised")
 
 
-_Probes = tuple[tuple[str, tuple[str, ...]], ...]
-_Plan = tuple[list[tuple[Recognizer, frozenset[str] | None, frozenset[str] | None]], _Probes, _Probes]
+_Probe = tuple[str, int, tuple["_Probe", ...]]
+"""(substring, bits it sets when it occurs, probes tried only when it occurs)."""
+_Runner = tuple[Recognizer, Callable[[str, str], Iterable[Finding]]]
 
 
-def _keyword_plan(recognizers: Sequence[Recognizer]) -> _Plan:
-    """Every distinct keyword (case-sensitive ones, lower-case ones) once; per recognizer, its keyword sets."""
-    plan = [
-        (r, frozenset(getattr(r, "exact_keywords", ())) or None, frozenset(getattr(r, "keywords", ())) or None)
-        for r in recognizers
-    ]
-    exact_all = _probes({k for r in recognizers for k in getattr(r, "exact_keywords", ())})
-    lower_all = _probes({k for r in recognizers for k in getattr(r, "keywords", ())})
-    return plan, exact_all, lower_all
+class _KeywordPlan:
+    """The gitleaks-style pre-filter: which recognizers can match a text, decided by C substring searches.
+
+    Every distinct keyword is searched once (case-sensitive ones in the text, the others in its lower-cased
+    copy) and sets the bit of each recognizer listing it; a recognizer none of whose keywords occurs cannot
+    match, so it does not run. Searches are nested so most texts need few of them: a keyword containing
+    another is searched only when that one occurs (`sk-ant-` after `sk-`), keywords sharing their first two
+    characters only when that prefix occurs (`gh` for the five `gh?_` GitHub prefixes), and a large group
+    sharing its first character only when that character occurs (`A` for `AKIA`, `AIza`, ...). The
+    recognizers to run for each combination of hits are computed once and kept.
+    """
+
+    _MAX_COMBINATIONS = 4096
+
+    def __init__(self, recognizers: Sequence[Recognizer]) -> None:
+        n = len(recognizers)
+        exact: dict[str, int] = {}
+        lower: dict[str, int] = {}
+        self._entries: list[tuple[_Runner, int]] = []
+        for i, r in enumerate(recognizers):
+            exact_keywords = tuple(getattr(r, "exact_keywords", ()))
+            lower_keywords = tuple(getattr(r, "keywords", ()))
+            for k in exact_keywords:
+                exact[k] = exact.get(k, 0) | 1 << i
+            for k in lower_keywords:
+                lower[k] = lower.get(k, 0) | 1 << (n + i)
+            # a recognizer's own keyword checks would repeat the ones done here
+            find = getattr(r, "find_prefiltered", r.find)
+            need = (1 << i if exact_keywords else 0) | (1 << (n + i) if lower_keywords else 0)
+            self._entries.append(((r, find), need))
+        self._exact = _probe_tree(exact, first_char_groups=True)
+        self._lower = _probe_tree(lower, first_char_groups=False)
+        self._runners: dict[int, tuple[_Runner, ...]] = {}
+
+    def runners(self, text: str, lowered: str) -> tuple[_Runner, ...]:
+        """The recognizers to run on `text`, in their configured order (overlap ties are broken by it)."""
+        hits = _hits(self._exact, text) | _hits(self._lower, lowered)
+        found = self._runners.get(hits)
+        if found is None:
+            if len(self._runners) >= self._MAX_COMBINATIONS:
+                self._runners.clear()
+            found = self._runners[hits] = tuple(runner for runner, need in self._entries if need & hits == need)
+        return found
 
 
-def _probes(keywords: set[str]) -> _Probes:
-    """Keywords sharing their first two characters are searched only when that prefix occurs (`gh` for the five
-    `gh?_` GitHub prefixes): `(prefix, group)`, or `(keyword, ())` for a keyword alone in its group."""
-    groups: dict[str, list[str]] = {}
+def _probe_tree(keywords: dict[str, int], *, first_char_groups: bool) -> tuple[_Probe, ...]:
+    """Nests each keyword under the longest other keyword it contains, then groups the remaining top-level
+    keywords by shared two-character prefix (and, if asked, groups of four or more by first character)."""
+    children: dict[str, list[str]] = {k: [] for k in keywords}
+    roots: list[str] = []
     for k in sorted(keywords):
-        groups.setdefault(k[:2], []).append(k)
-    return tuple((prefix, tuple(g)) if len(g) > 1 else (g[0], ()) for prefix, g in groups.items())
+        inner = [o for o in keywords if o != k and o in k]
+        if inner:
+            children[max(inner, key=lambda o: (len(o), o))].append(k)
+        else:
+            roots.append(k)
+
+    def node(k: str) -> _Probe:
+        return (k, keywords[k], tuple(node(c) for c in children[k]))
+
+    def grouped(names: list[str], width: int, min_size: int) -> list[_Probe | str]:
+        groups: dict[str, list[str]] = {}
+        for k in names:
+            groups.setdefault(k[:width], []).append(k)
+        out: list[_Probe | str] = []
+        for prefix, group in groups.items():
+            if len(group) >= min_size and all(len(k) > width for k in group):
+                out.append((prefix, 0, tuple(node(k) for k in group)))
+            else:
+                out.extend(group)
+        return out
+
+    level = grouped(roots, 2, 2)
+    if first_char_groups:
+        singles = [k for k in level if isinstance(k, str)]
+        level = [k for k in level if not isinstance(k, str)] + grouped(singles, 1, 4)
+    return tuple(k if not isinstance(k, str) else node(k) for k in level)
 
 
-def _present(probes: _Probes, text: str) -> set[str]:
-    """The keywords that occur in `text` (each a C substring search, skipped when its group's prefix is absent)."""
-    hits: set[str] = set()
-    for gate, group in probes:
-        if gate in text:
-            if not group:
-                hits.add(gate)
-                continue
-            for k in group:
-                if k in text:
-                    hits.add(k)
-    return hits
+def _hits(probes: tuple[_Probe, ...], text: str) -> int:
+    """The bits of every keyword in `probes` that occurs in `text` (nested probes only under a hit)."""
+    bits = 0
+    for needle, needle_bits, nested in probes:
+        if needle in text:
+            bits |= needle_bits
+            for inner, inner_bits, deeper in nested:  # one level inline: a call per gate hit costs more
+                if inner in text:
+                    bits |= inner_bits
+                    if deeper:
+                        bits |= _hits(deeper, text)
+    return bits
 
 
 def apply_findings(text: str, findings: Sequence[Finding], placeholders: PlaceholderMap) -> str:

@@ -13,14 +13,16 @@ import functools
 import itertools
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from evolvable.governance.redaction import validators as v
 
 
-@dataclass(frozen=True, slots=True)
-class Finding:
+class Finding(NamedTuple):
+    """A span to redact, its kind, and the priority that settles overlaps. A named tuple: immutable like a
+    frozen dataclass, and several times cheaper to create (a text can yield dozens of candidates)."""
+
     start: int
     end: int
     kind: str
@@ -40,7 +42,7 @@ Validator = Callable[[str, re.Match[str]], "tuple[int, int] | None"]
 """Given the whole text and a match, returns the span to redact, or None to drop the candidate."""
 
 
-@dataclass
+@dataclass(slots=True)
 class RegexRecognizer:
     kind: str
     pattern: re.Pattern[str]
@@ -56,6 +58,13 @@ class RegexRecognizer:
     on_lowered: bool = False
     """Match a case-sensitive lower-case pattern against the lowered text (much faster than IGNORECASE);
     falls back to IGNORECASE on the original when lowering changed the length (a few Unicode letters)."""
+    gate: Callable[[str], bool] | None = None
+    """A cheap necessary condition on the text, for patterns without keywords: False means no match."""
+    starts: Callable[[str], list[int] | None] | None = None
+    """Where matches can begin, in order, found faster than the regex engine would scan for them (None: scan as
+    usual). Each is matched in place, skipping those inside an earlier match: the `finditer` result, provided every
+    position where a match can begin is listed."""
+    _ignorecase: re.Pattern[str] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self._ignorecase = (
@@ -67,19 +76,30 @@ class RegexRecognizer:
             return ()
         if self.exact_keywords and not any(k in text for k in self.exact_keywords):
             return ()
-        if self.requires and not all(k in text for k in self.requires):
-            return ()
+        return self.find_prefiltered(text, lowered)
+
+    def find_prefiltered(self, text: str, lowered: str) -> list[Finding]:
+        """`find` for a caller that already checked the keywords (the engine's pre-filter)."""
+        if self.requires:
+            for k in self.requires:
+                if k not in text:
+                    return []
+        if self.gate is not None and not self.gate(text):
+            return []
         if self.on_lowered:
             out: list[Finding] = []
             self.scan(text, lowered, 0, len(text), out)
             return out
-        validate, group, kind, priority = self.validate, self.group, self.kind, self.priority
-        found: list[Finding] = []
+        validate, kind, priority = self.validate, self.kind, self.priority
+        starts = None if self.starts is None else self.starts(text)
+        matches: Iterable[re.Match[str]] = (
+            self.pattern.finditer(text) if starts is None else _matches_at(self.pattern, text, starts)
+        )
         if validate is None:
-            for m in self.pattern.finditer(text):
-                found.append(Finding(*m.span(group), kind, priority))
-            return found
-        for m in self.pattern.finditer(text):
+            group = self.group
+            return [Finding(*m.span(group), kind, priority) for m in matches]
+        found: list[Finding] = []
+        for m in matches:
             span = validate(text, m)
             if span is not None and span[1] > span[0]:
                 found.append(Finding(span[0], span[1], kind, priority))
@@ -92,11 +112,22 @@ class RegexRecognizer:
                 subject = lowered
             else:
                 pattern = self._ignorecase  # type: ignore[assignment]
-        validate = self.validate
+        validate, kind, priority = self.validate, self.kind, self.priority
         for m in pattern.finditer(subject, pos, endpos):
             span: tuple[int, int] | None = m.span(self.group) if validate is None else validate(text, m)
             if span is not None and span[1] > span[0]:
-                out.append(Finding(span[0], span[1], self.kind, self.priority))
+                out.append(Finding(span[0], span[1], kind, priority))
+
+
+def _matches_at(pattern: re.Pattern[str], text: str, starts: list[int]) -> list[re.Match[str]]:
+    """`pattern.finditer(text)` when every position where a match can begin is in `starts` (ascending)."""
+    found: list[re.Match[str]] = []
+    resume = 0
+    for start in starts:
+        if start >= resume and (m := pattern.match(text, start)) is not None:
+            found.append(m)
+            resume = m.end() if m.end() > start else start + 1
+    return found
 
 
 _PHONE_WORDS = ("phone", "tel", "mobile", "cell", "call", "sms", "whatsapp", "fax")
@@ -121,43 +152,73 @@ class NumberRecognizer:
         ipv4: RegexRecognizer,
     ) -> None:
         self.intl_phone, self.us_phone, self.card, self.ssn, self.ipv4 = intl_phone, us_phone, card, ssn, ipv4
+        # shortcuts for the commonest run shapes, which hold for the default card and IPv4 recognizers only
+        self._card_shortcut = card.pattern is _CARD and card.validate is _card
+        self._ipv4_shortcut = ipv4.pattern is _IPV4 and ipv4.validate is _public_ipv4
+        self._shape_shortcuts = us_phone.pattern is _US_PHONE and ssn.pattern is _SSN
 
     def find(self, text: str, lowered: str) -> Iterable[Finding]:
         out: list[Finding] = []
         n = len(text)
-        for window in _NUMBER_RUN.finditer(text):
-            run = window.group()
-            size = len(run)
+        ascii_text = text.isascii()
+        for run_start, run_end in number_runs(text):
+            run = text[run_start:run_end]
+            size = run_end - run_start
             plus = "+" in run
             dots = run.count(".")
-            if size < 10 and dots < 3 and not plus:
-                continue  # too short for a phone, card or SSN, too few dots for an IPv4 address
-            run_start, run_end = window.span()
-            end = min(n, run_end + 2)  # +2: let look-aheads see what follows
+            digits = size if run.isdigit() else -1
+            if not plus and dots < 3:
+                # no international phone, no IPv4 address; a US phone, card or SSN needs nine digits or more
+                if size < 10:
+                    continue
+                if digits < 0:
+                    digits = len(v.digits_of(run))
+                if digits < 9:
+                    continue
+            elif digits < 0:
+                digits = len(v.digits_of(run))
+            end = run_end + 2 if run_end + 2 < n else n  # +2: let look-aheads see what follows
             dashes = run.count("-")
-            if run.isdigit():
-                digits = size
-            else:
-                digits = size - dots - dashes - run.count(" ") - run.count("(") - run.count(")") - run.count("+")
             if plus:
                 self.intl_phone.scan(text, lowered, run_start, end, out)
+            shape = None  # in ASCII text, digits as 0 and separators as `-` rule the default US and SSN patterns out
+            if digits >= 9 and digits != size and ascii_text and self._shape_shortcuts:
+                shape = run.encode("ascii").translate(_DIGITS_SEPARATORS)
             if digits >= 10:
-                if digits != size:  # a US number has a separator before its last four digits
+                # a US number has a separator before its last four digits
+                if digits != size and (shape is None or b"000-0000" in shape):
                     self.us_phone.scan(text, lowered, run_start, end, out)
                 if digits <= 16 and (digits == size or run[1:].isdigit()):
                     self._bare_phone(text, lowered, run_start, run_end, out)
                 if digits >= 13:
-                    self.card.scan(text, lowered, run_start, end, out)
-            if digits >= 9 and dashes >= 2:
+                    if digits == size <= 19 and ascii_text and self._card_shortcut and _free_right(text, run_end, end):
+                        # 13-19 bare digits, nothing glued after them: `_CARD` matches exactly the run
+                        if free_left(text, run_start) and v.card_ok(run):
+                            out.append(Finding(run_start, run_end, self.card.kind, self.card.priority))
+                    else:
+                        self.card.scan(text, lowered, run_start, end, out)
+            if digits >= 9 and dashes >= 2 and (shape is None or b"000-00-0000" in shape):
                 self.ssn.scan(text, lowered, run_start, end, out)
             if dots >= 3:
-                self.ipv4.scan(text, lowered, run_start, end, out)
+                if dots == 3 and ascii_text and self._ipv4_shortcut and _DOTTED_QUAD.fullmatch(run):
+                    # four groups of 1-3 digits, and a run cannot end where an address would go on: `_IPV4`
+                    # matches exactly the run
+                    value = v.ipv4_value(run)
+                    if value is not None and v.public_ipv4_value(value) and _not_a_version(text, run_start):
+                        out.append(Finding(run_start, run_end, self.ipv4.kind, self.ipv4.priority))
+                else:
+                    self.ipv4.scan(text, lowered, run_start, end, out)
         return out
 
     def _bare_phone(self, text: str, lowered: str, start: int, end: int, out: list[Finding]) -> None:
         """A phone number written without separators counts only after a phone word (`call 4155550123`)."""
         before = text[max(0, start - 24) : start].lower()
-        if not any(word in before for word in _PHONE_WORDS) or not _PHONE_WORD.search(before):
+        for word in _PHONE_WORDS:  # a cheap test before the regex
+            if word in before:
+                break
+        else:
+            return
+        if not _PHONE_WORD.search(before):
             return
         if not free_left(text, start):
             return
@@ -177,10 +238,6 @@ def _check(predicate: Callable[[str], bool], group: int | str = 0) -> Validator:
     return validate
 
 
-def _digits(s: str) -> str:
-    return "".join(c for c in s if c.isdigit())
-
-
 # Boundaries. Numbers must not be glued to letters, digits or the separators of ids, versions and SKUs
 # (`SKU-448-221-9034`, `v1.2.3.4`), except that they may follow a JSON escape (`\\n4111...`). The check runs in
 # Python on the (rare) regex hits rather than as a leading look-behind, which would stop the regex engine
@@ -189,23 +246,28 @@ _NUM_AFTER = r"(?![A-Za-z0-9_]|[.\-/]\d)"
 _GLUE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./+-")
 
 
+_WORD_ASCII = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+
+
+def _free_right(text: str, end: int, endpos: int) -> bool:
+    """`_NUM_AFTER` at `end` of ASCII text, seeing no further than `endpos`."""
+    if end >= endpos:
+        return True
+    after = text[end]
+    if after in _WORD_ASCII:
+        return False
+    return not (after in ".-/" and end + 1 < endpos and text[end + 1] in "0123456789")
+
+
 def free_left(text: str, start: int, glue: frozenset[str] = _GLUE) -> bool:
     if start == 0 or text[start - 1] not in glue:
         return True
     return start >= 2 and text[start - 2] == "\\" and text[start - 1] in "nrt"
 
 
-def _bounded(validate: Validator) -> Validator:
-    def check(text: str, m: re.Match[str]) -> tuple[int, int] | None:
-        span = validate(text, m)
-        return span if span is not None and free_left(text, span[0]) else None
-
-    return check
-
-
 # --------------------------------------------------------------------------- PII
 
-_EMAIL_LOCAL = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._%+-")
+_EMAIL_LOCAL_REVERSED = re.compile(r"[A-Za-z0-9._%+\-]{0,64}")  # the local part, matched backwards from the @
 _EMAIL_DOMAIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}))*\.[A-Za-z]{2,24}")
 
 
@@ -214,14 +276,14 @@ class EmailRecognizer:
 
     kind = "EMAIL"
     priority = 70
+    exact_keywords = ("@",)  # lets the engine's pre-filter skip texts without one
 
     def find(self, text: str, lowered: str) -> Iterable[Finding]:
         out: list[Finding] = []
         at = text.find("@")
         while at != -1:
-            start = at
-            while start > 0 and at - start < 64 and text[start - 1] in _EMAIL_LOCAL:
-                start -= 1
+            local = _EMAIL_LOCAL_REVERSED.match(text[max(0, at - 64) : at][::-1])
+            start = at - local.end()  # type: ignore[union-attr]
             # `\nbob@x.com` inside a JSON-escaped string: the `n` belongs to the escape.
             if start >= 1 and start < at and text[start - 1] == "\\" and text[start] in "nrtbf":
                 start += 1
@@ -239,14 +301,41 @@ class EmailRecognizer:
 
 
 def _phone_intl(text: str, m: re.Match[str]) -> tuple[int, int] | None:
-    return m.span() if 8 <= len(_digits(m.group())) <= 15 else None
+    return m.span() if 8 <= len(v.digits_of(m.group())) <= 15 else None
 
 
 def _phone_us(text: str, m: re.Match[str]) -> tuple[int, int] | None:
-    return m.span() if v.nanp_ok(_digits(m.group())) else None
+    if not free_left(text, m.start()):
+        return None
+    return m.span() if v.nanp_ok(v.digits_of(m.group())) else None
+
+
+def _card(text: str, m: re.Match[str]) -> tuple[int, int] | None:
+    if not free_left(text, m.start()):
+        return None
+    return m.span() if v.card_ok(m.group()) else None
+
+
+def _ssn(text: str, m: re.Match[str]) -> tuple[int, int] | None:
+    if not free_left(text, m.start()):
+        return None
+    return m.span() if v.ssn_ok(m.group()) else None
 
 
 _IBAN = re.compile(r"[A-Z][A-Z]\d\d(?:[ ]?[A-Z0-9]{4}){2,7}(?:[ ]?[A-Z0-9]{1,3})?(?![A-Za-z0-9])")
+
+
+# `?` stands for any non-ASCII character too (encoding with "replace" keeps one byte per character), which may be
+# a digit to `\d`: counting it as one keeps the test a necessary condition
+_UPPER_DIGIT_SHAPE = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789?", b"A" * 26 + b"0" * 11)
+_IBAN_SHAPE = re.compile(rb"AA00(?: ?[A0]{4}){2}")  # how `_IBAN` must start, once capitals are A and digits 0
+
+
+def _may_hold_iban(text: str) -> bool:
+    """Whether `_IBAN` can match: capitals become `A` and digits `0` (a byte translate), and a
+    regex with a literal prefix, which the regex engine finds by a fast search, looks for the IBAN's start.
+    Most texts have none, and this costs a fraction of letting `_IBAN` test every capital letter."""
+    return _IBAN_SHAPE.search(text.encode("ascii", "replace").translate(_UPPER_DIGIT_SHAPE)) is not None
 
 
 def _iban(text: str, m: re.Match[str]) -> tuple[int, int] | None:
@@ -266,15 +355,25 @@ _VERSION_WORDS = ("version", "ver ", "release", "build", "v")
 
 
 def _public_ipv4(text: str, m: re.Match[str]) -> tuple[int, int] | None:
-    before = text[max(0, m.start() - 9) : m.start()].lower().rstrip()
-    if before.endswith(_VERSION_WORDS):
-        return None
-    return m.span() if v.public_ip(m.group()) else None
+    return m.span() if _public_ipv4_at(text, m.start(), m.group()) else None
 
 
+def _public_ipv4_at(text: str, start: int, address: str) -> bool:
+    return _not_a_version(text, start) and v.public_ip(address)
+
+
+def _not_a_version(text: str, start: int) -> bool:
+    """Nothing glued on the left, and no `version`/`build`/`v` just before (`v1.2.3.4` is no address)."""
+    return free_left(text, start) and not text[max(0, start - 9) : start].lower().rstrip().endswith(_VERSION_WORDS)
+
+
+_DOTTED_QUAD = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}")
+
+
+_V6_SIX_COLONS = re.compile(r":(?:[0-9A-Fa-f.]*:){5}")
 _V6_SEED = re.compile(r":[0-9A-Fa-f]{0,4}:")
 _V6_RIGHT = re.compile(r"[0-9A-Fa-f:.]*")
-_HEX_COLON = frozenset("0123456789abcdefABCDEF:")
+_HEX_COLON_REVERSED = re.compile(r"[0-9A-Fa-f:]{0,40}")  # hex digits and colons left of a seed, read backwards
 
 
 class IPv6Recognizer:
@@ -284,17 +383,17 @@ class IPv6Recognizer:
     priority = 50
 
     def find(self, text: str, lowered: str) -> Iterable[Finding]:
-        if "::" not in text and text.count(":") < 6:
-            return []  # every candidate needs `::` or at least six colons
+        if "::" not in text and (text.count(":") < 6 or _V6_SIX_COLONS.search(text) is None):
+            return []  # every candidate needs `::` or six colons with only hex digits and dots between them
         out: list[Finding] = []
         pos = 0
         seed = _V6_SEED.search
         while (m := seed(text, pos)) is not None:
-            start = m.start()
-            while start > 0 and text[start - 1] in _HEX_COLON and m.start() - start < 40:
-                start -= 1
-            end = _V6_RIGHT.match(text, m.start()).end()  # type: ignore[union-attr]
-            pos = max(end, m.start() + 1)
+            seed_at = m.start()
+            left = _HEX_COLON_REVERSED.match(text[max(0, seed_at - 40) : seed_at][::-1])
+            start = seed_at - left.end()  # type: ignore[union-attr]
+            end = _V6_RIGHT.match(text, seed_at).end()  # type: ignore[union-attr]
+            pos = max(end, seed_at + 1)
             while end > start and (text[end - 1] == "." or (text[end - 1] == ":" and text[end - 2 : end] != "::")):
                 end -= 1
             candidate = text[start:end]
@@ -320,6 +419,41 @@ _SSN_CONTEXT = re.compile(
 
 
 _NUMBER_RUN = re.compile(r"(?:\+|\(|\d)[\d .()+\-]{5,}\d")
+_RUN_CHARS = bytes(ord("1") if chr(b) in "0123456789 .()+-" else ord("0") for b in range(256))
+
+
+def number_runs(text: str) -> list[tuple[int, int]]:
+    """The spans `_NUMBER_RUN.finditer(text)` yields, found faster in ASCII text.
+
+    The regex engine would test each character against a class; instead the text's bytes are translated to `1`
+    (a run character) or `0`, and substring searches find each stretch of seven or more `1`. Within a stretch the
+    regex match runs from the first `+`, `(` or digit to the last digit, if that spans seven characters or more.
+    """
+    if not text.isascii():
+        return [m.span() for m in _NUMBER_RUN.finditer(text)]
+    spans: list[tuple[int, int]] = []
+    shape = text.encode("ascii").translate(_RUN_CHARS)
+    i = shape.find(b"1111111")
+    while i != -1:
+        j = shape.find(b"0", i + 7)
+        if j == -1:
+            j = len(shape)
+        chars = text[i:j]
+        start = i + len(chars) - len(chars.lstrip(" .)-"))
+        end = i + len(chars.rstrip(" .()+-"))
+        if end - start >= 7:
+            spans.append((start, end))
+        i = shape.find(b"1111111", j)
+    return spans
+
+
+_US_PHONE = re.compile(r"(?:1[ .\-]?)?(?:\(\d{3}\)[ .\-]?|\d{3}[ .\-])\d{3}[ .\-]\d{4}" + _NUM_AFTER)
+_SSN = re.compile(r"\d{3}-\d\d-\d{4}" + _NUM_AFTER)
+# digits become 0 and US-number separators `-`; other bytes keep their value, none of them 0 or `-`. `_US_PHONE`
+# needs `000-0000` in a run so translated, `_SSN` needs `000-00-0000`.
+_DIGITS_SEPARATORS = bytes.maketrans(b"0123456789 .-", b"0" * 10 + b"---")
+_CARD = re.compile(r"\d{4}(?:(?:[ \-]?\d{4}){2}[ \-]?\d{1,7}|[ \-]?\d{6}[ \-]?\d{4,5})" + _NUM_AFTER)
+_IPV4 = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}(?![0-9]|\.\d)")
 
 
 def pii_recognizers() -> list[Recognizer]:
@@ -331,31 +465,31 @@ def pii_recognizers() -> list[Recognizer]:
         ),
         RegexRecognizer(
             "PHONE",
-            re.compile(r"(?:1[ .\-]?)?(?:\(\d{3}\)[ .\-]?|\d{3}[ .\-])\d{3}[ .\-]\d{4}" + _NUM_AFTER),
-            validate=_bounded(_phone_us),
+            _US_PHONE,
+            validate=_phone_us,
         ),
         RegexRecognizer(
             "CREDIT_CARD",
-            re.compile(r"\d{4}(?:(?:[ \-]?\d{4}){2}[ \-]?\d{1,7}|[ \-]?\d{6}[ \-]?\d{4,5})" + _NUM_AFTER),
-            validate=_bounded(_check(v.card_ok)),
+            _CARD,
+            validate=_card,
             priority=60,
         ),
         RegexRecognizer(
             "SSN",
-            re.compile(r"\d{3}-\d\d-\d{4}" + _NUM_AFTER),
-            validate=_bounded(_check(v.ssn_ok)),
+            _SSN,
+            validate=_ssn,
             priority=60,
         ),
         RegexRecognizer(
             "IP_ADDRESS",
-            re.compile(r"\d{1,3}(?:\.\d{1,3}){3}(?![0-9]|\.\d)"),
-            validate=_bounded(_public_ipv4),
+            _IPV4,
+            validate=_public_ipv4,
         ),
     ]
     return [
         EmailRecognizer(),
         NumberRecognizer(*numbers),
-        RegexRecognizer("IBAN", _IBAN, validate=_iban, priority=60),
+        RegexRecognizer("IBAN", _IBAN, validate=_iban, priority=60, gate=_may_hold_iban),
         RegexRecognizer(
             "SSN",
             _SSN_CONTEXT,
@@ -374,7 +508,7 @@ def pii_recognizers() -> list[Recognizer]:
 def _min_entropy(bits: float, classes: int = 2, group: int | str = 0) -> Validator:
     def validate(text: str, m: re.Match[str]) -> tuple[int, int] | None:
         s = m.group(group)
-        return m.span(group) if v.char_classes(s) >= classes and v.shannon_entropy(s) >= bits else None
+        return m.span(group) if v.char_classes(s) >= classes and v.entropy_at_least(s, bits) else None
 
     return validate
 
@@ -382,12 +516,27 @@ def _min_entropy(bits: float, classes: int = 2, group: int | str = 0) -> Validat
 _HEX = frozenset("0123456789abcdefABCDEF")
 
 
+_AWS_SECRET = re.compile(r"[A-Za-z0-9/+](?<![A-Za-z0-9/+][A-Za-z0-9/+])[A-Za-z0-9/+]{39}(?![A-Za-z0-9/+=])")
+_AWS_SECRET_SHAPE = bytes(
+    ord("1") if chr(b).isascii() and (chr(b).isalnum() or chr(b) in "/+") else b if b == ord("=") else ord("0")
+    for b in range(256)
+)
+# forty key characters (a literal prefix the regex engine finds by a fast search), not preceded by another one,
+# and followed by neither another one nor `=`: exactly where `_AWS_SECRET` matches, once key characters are `1`
+_AWS_SECRET_SHAPED = re.compile(b"1" * 40 + rb"(?<!" + b"1" * 41 + rb")(?![1=])")
+
+
+def _aws_secret_starts(text: str) -> list[int]:
+    shape = text.encode("ascii", "replace").translate(_AWS_SECRET_SHAPE)  # one byte per character, `?` for others
+    return [m.start() for m in _AWS_SECRET_SHAPED.finditer(shape)]
+
+
 def _aws_secret(text: str, m: re.Match[str]) -> tuple[int, int] | None:
     s = m.group()
     window = text[max(0, m.start() - 100) : m.start()].lower()
     if not any(k in window for k in ("aws", "secret", "credential")):
         return None
-    if set(s) <= _HEX or v.char_classes(s) < 3 or v.shannon_entropy(s) < 4.0:
+    if set(s) <= _HEX or v.char_classes(s) < 3 or not v.entropy_at_least(s, 4.0):
         return None
     return m.span()
 
@@ -398,6 +547,37 @@ _PEM = re.compile(
     r"|(?:(?:\\[nr]|\s)+(?:(?:Proc-Type|DEK-Info|Comment|Version):[^\n\\]*|[A-Za-z0-9+/=]{8,}))*)",
     re.DOTALL,
 )
+
+
+_SCHEME_REVERSED = re.compile(r"[A-Za-z0-9+.\-]{0,32}")  # a URL scheme, read backwards from its `://`
+
+
+def _url_credential_starts(text: str) -> list[int]:
+    """Where a `scheme://user:password@` match can begin: at the start of the scheme before each `://` (a letter,
+    then 1-30 scheme characters, none before it), found by substring search instead of trying every letter."""
+    starts: list[int] = []
+    colon = text.find("://")
+    while colon != -1:
+        length = _SCHEME_REVERSED.match(text[max(0, colon - 32) : colon][::-1]).end()  # type: ignore[union-attr]
+        if 2 <= length <= 31 and text[colon - length] in _ASCII_LETTERS:
+            starts.append(colon - length)
+        colon = text.find("://", colon + 3)
+    return starts
+
+
+def _stripe_starts(text: str) -> list[int]:
+    """Where a Stripe key can begin: one character before each `k_live_`, `k_test_`, `k_prod_`, and at `whsec_`."""
+    starts: list[int] = []
+    for marker, offset in (("k_live_", 1), ("k_test_", 1), ("k_prod_", 1), ("whsec_", 0)):
+        i = text.find(marker, offset)
+        while i != -1:
+            starts.append(i - offset)
+            i = text.find(marker, i + 1)
+    starts.sort()
+    return starts
+
+
+_ASCII_LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 
 def secret_recognizers() -> list[Recognizer]:
@@ -412,9 +592,10 @@ def secret_recognizers() -> list[Recognizer]:
         ),
         RegexRecognizer(
             "AWS_SECRET_KEY",
-            re.compile(r"[A-Za-z0-9/+](?<![A-Za-z0-9/+][A-Za-z0-9/+])[A-Za-z0-9/+]{39}(?![A-Za-z0-9/+=])"),
+            _AWS_SECRET,
             keywords=("aws", "secret", "credential"),
             validate=_aws_secret,
+            starts=_aws_secret_starts,
             priority=85,
         ),
         RegexRecognizer(
@@ -454,6 +635,7 @@ def secret_recognizers() -> list[Recognizer]:
             ),
             exact_keywords=("_live_", "_test_", "_prod_", "whsec_"),
             priority=90,
+            starts=_stripe_starts,
         ),
         RegexRecognizer(
             "GOOGLE_API_KEY",
@@ -477,12 +659,14 @@ def secret_recognizers() -> list[Recognizer]:
             ),
             exact_keywords=("://",),
             requires=("@",),
+            starts=_url_credential_starts,
             group="secret",
             priority=85,
         ),
         RegexRecognizer(
             "SECRET",
-            re.compile(r"(?i)\b(?:bearer|basic)\s+(?P<value>[A-Za-z0-9._~+/\-]{16,500}=*)"),
+            # `\b(?i:bearer|basic)` with the boundary checked after a first letter the regex engine can skip to
+            re.compile(r"[bB](?<!\w[bB])(?i:earer|asic)(?i:\s+(?P<value>[A-Za-z0-9._~+/\-]{16,500}=*))"),
             keywords=("bearer", "basic"),
             validate=_min_entropy(3.0, 2, "value"),
             group="value",
@@ -518,7 +702,8 @@ _ASSIGN_TAIL = re.compile(
     r"""|(?P<v>[^\s"'\\,;<>(){}\[\]`&|]{1,512}))"""
 )
 _CLI_FLAG_TAIL = re.compile(r"""[ ](?P<v>[^\s"'\\,;<>(){}\[\]`&|-][^\s"'\\,;<>(){}\[\]`&|]{0,511})""")
-_PROSE = re.compile(r"\b(?:password|passcode|passphrase|pwd)\s+(?:is|was)\s+(?P<v>[^\s\"'<>]{4,256})")
+# `p(?<!\wp)` is `\bp` with the boundary checked after the literal, so the regex engine can skip to each `p`
+_PROSE = re.compile(r"p(?<!\wp)(?:assword|asscode|assphrase|wd)\s+(?:is|was)\s+(?P<v>[^\s\"'<>]{4,256})")
 _KEY_WORDS = re.compile(r"[_.\-]+|(?<=[a-z0-9])(?=[A-Z])")
 
 _PASSWORD_WORDS = frozenset({"password", "passwd", "passphrase", "passcode", "pwd", "pass", "pw", "secret"})
@@ -546,6 +731,7 @@ _NON_SECRET_LAST = frozenset(
     }
 )  # fmt: skip
 _PLACEHOLDER_SHAPE = re.compile(r"^(?:<[^>]*>|\$\{[^}]*\}|\{\{.*\}\}|\$[A-Z_][A-Z0-9_]*|%\(.*\)s|\*+|[xX]{3,}|\.{3,})$")
+_PLACEHOLDER_FIRST = "<${%*xX."  # how each `_PLACEHOLDER_SHAPE` alternative starts
 _PLACEHOLDER_WORDS = frozenset(
     {
         "null", "none", "nil", "true", "false", "undefined", "empty", "redacted", "hidden", "masked", "string",
@@ -557,7 +743,9 @@ _PLACEHOLDER_WORDS = frozenset(
 
 def placeholder_value(value: str) -> bool:
     """Template and config placeholders (`${DB_PASSWORD}`, `<token>`, `null`) are not secrets."""
-    return value.lower() in _PLACEHOLDER_WORDS or _PLACEHOLDER_SHAPE.match(value) is not None
+    if value.lower() in _PLACEHOLDER_WORDS:
+        return True
+    return value[:1] in _PLACEHOLDER_FIRST and _PLACEHOLDER_SHAPE.match(value) is not None
 
 
 _NEXT_KEY = re.compile(r"""^[\\]*["']?\s*(?:[,}\]]|$)""")
@@ -586,13 +774,29 @@ def key_kind(key: str) -> str | None:
 
 def secret_value_ok(kind: str, value: str) -> bool:
     value = value.strip()
-    if len(value) < 4 or placeholder_value(value) or len(set(value)) == 1:
+    if len(value) < 4 or placeholder_value(value) or value.count(value[0]) == len(value):  # one repeated char
         return False
     if kind == "password":
         return not (value.isdigit() and len(value) < 4)
     if value.isdigit() or len(value) < 12:
         return False
-    return v.shannon_entropy(value) >= 3.0 and (v.char_classes(value) >= 2 or len(value) >= 24)
+    return (len(value) >= 24 or v.char_classes(value) >= 2) and v.entropy_at_least(value, 3.0)
+
+
+# `_KEY_HINT`'s words (`pwd` starts with `pw`, so its positions are among those)
+_HINT_WORDS = ("pass", "secret", "token", "credential", "key", "auth", "pw")
+
+
+def _hint_starts(lowered: str) -> list[int]:
+    """Every position where one of the key hint words starts, in order."""
+    starts: list[int] = []
+    for word in _HINT_WORDS:
+        i = lowered.find(word)
+        while i != -1:
+            starts.append(i)
+            i = lowered.find(word, i + 1)
+    starts.sort()
+    return starts
 
 
 class AssignmentSecretRecognizer:
@@ -613,8 +817,16 @@ class AssignmentSecretRecognizer:
         out: list[Finding] = []
         last_key_end = -1
         n = len(text)
-        for hit in _KEY_HINT.finditer(lowered):
-            hint_start = hit.start()
+        resume = 0
+        for hint_start in _hint_starts(lowered):
+            # what `_KEY_HINT.finditer` would do, trying only where a hint word starts: C substring searches
+            # find those far faster than the regex engine can scan for the alternation
+            if hint_start < resume:
+                continue
+            hit = _KEY_HINT.match(lowered, hint_start)
+            if hit is None:
+                continue
+            resume = hit.end()
             if hint_start < last_key_end:
                 continue
             end = last_key_end = hit.end("rest")

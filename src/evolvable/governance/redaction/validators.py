@@ -6,9 +6,13 @@ a random `DE12...` string fails mod-97, a private IP is not a public one.
 
 from __future__ import annotations
 
+import bisect
 import ipaddress
 import math
+import re
 from collections import Counter
+
+import numpy as np
 
 _IBAN_LENGTHS = {
     "AD": 24, "AE": 23, "AL": 28, "AT": 20, "AZ": 28, "BA": 20, "BE": 16, "BG": 22, "BH": 22, "BR": 29,
@@ -32,7 +36,20 @@ _KEPT_NETWORKS = [
 ]  # fmt: skip
 
 
+_ASCII_NON_DIGITS = dict.fromkeys(c for c in range(128) if not 48 <= c <= 57)
+_LUHN_SINGLE = {str(d): d for d in range(10)}
+_LUHN_DOUBLED = {str(d): 2 * d - 9 if d > 4 else 2 * d for d in range(10)}
+
+
+def digits_of(value: str) -> str:
+    """The characters of `value` that `str.isdigit` accepts (a C translate for the usual ASCII text)."""
+    return value.translate(_ASCII_NON_DIGITS) if value.isascii() else "".join(filter(str.isdigit, value))
+
+
 def luhn_ok(digits: str) -> bool:
+    if digits.isascii() and digits.isdigit():
+        total = sum(map(_LUHN_SINGLE.__getitem__, digits[-1::-2])) + sum(map(_LUHN_DOUBLED.__getitem__, digits[-2::-2]))
+        return total % 10 == 0
     total = 0
     for i, ch in enumerate(reversed(digits)):
         d = ord(ch) - 48
@@ -44,24 +61,30 @@ def luhn_ok(digits: str) -> bool:
     return total % 10 == 0
 
 
+_CARD_PREFIXES = ("6011", "65", "644", "645", "646", "647", "648", "649", "622")  # Discover/UnionPay
+_MAESTRO_PREFIXES = ("5018", "5020", "5038", "6304", "6759", "6761", "6763", "62")  # Maestro/UnionPay
+
+
 def card_ok(number: str) -> bool:
     """13-19 digits, a known issuer prefix, and a valid Luhn checksum."""
-    digits = "".join(c for c in number if c.isdigit())
+    digits = digits_of(number)
     n = len(digits)
-    if not 13 <= n <= 19 or len(set(digits)) < 2:
+    if not 13 <= n <= 19 or digits.count(digits[0]) == n:  # one digit repeated is no card
         return False
+    return (digits[0] == "4" or _non_visa_issuer(digits, n)) and luhn_ok(digits)
+
+
+def _non_visa_issuer(digits: str, n: int) -> bool:
     two, four = int(digits[:2]), int(digits[:4])
-    issuer = (
-        digits[0] == "4"  # Visa
-        or 51 <= two <= 55  # Mastercard
+    return (
+        51 <= two <= 55  # Mastercard
         or 2221 <= four <= 2720
         or (two in (34, 37) and n == 15)  # Amex
-        or digits.startswith(("6011", "65", "644", "645", "646", "647", "648", "649", "622"))  # Discover/UnionPay
+        or digits.startswith(_CARD_PREFIXES)
         or 3528 <= four <= 3589  # JCB
         or two in (36, 38, 30)  # Diners
-        or digits.startswith(("5018", "5020", "5038", "6304", "6759", "6761", "6763", "62"))  # Maestro/UnionPay
+        or digits.startswith(_MAESTRO_PREFIXES)
     )
-    return issuer and luhn_ok(digits)
 
 
 def iban_ok(candidate: str) -> bool:
@@ -77,37 +100,72 @@ def iban_ok(candidate: str) -> bool:
 
 
 def ssn_ok(candidate: str) -> bool:
-    digits = "".join(c for c in candidate if c.isdigit())
+    digits = digits_of(candidate)
     if len(digits) != 9:
         return False
     area, group, serial = digits[:3], digits[3:5], digits[5:]
     return area not in ("000", "666") and area[0] != "9" and group != "00" and serial != "0000"
 
 
+def _merged(ranges: list[tuple[int, int]]) -> tuple[list[int], list[int]]:
+    """Overlapping inclusive ranges merged: (sorted starts, their ends), for a bisect lookup."""
+    starts: list[int] = []
+    ends: list[int] = []
+    for lo, hi in sorted(ranges):
+        if ends and lo <= ends[-1] + 1:
+            ends[-1] = max(ends[-1], hi)
+        else:
+            starts.append(lo)
+            ends.append(hi)
+    return starts, ends
+
+
 _KEPT_RANGES = {
-    version: [(int(n.network_address), int(n.broadcast_address)) for n in _KEPT_NETWORKS if n.version == version]
-    for version in (4, 6)
+    version: _merged([(int(n[0]), int(n[-1])) for n in _KEPT_NETWORKS if n.version == version]) for version in (4, 6)
 }
+
+
+def _kept(value: int, version: int) -> bool:
+    starts, ends = _KEPT_RANGES[version]
+    i = bisect.bisect_right(starts, value) - 1
+    return i >= 0 and value <= ends[i]
+
+
+def ipv4_value(dotted: str) -> int | None:
+    """The integer of an ASCII dotted quad of octets 0-255 without leading zeros, else None."""
+    octets = _IPV4_OCTETS.fullmatch(dotted)
+    if octets is None:
+        return None
+    a, b, c, d = map(int, octets.groups())
+    return ((a * 256 + b) * 256 + c) * 256 + d
+
+
+def public_ipv4_value(value: int) -> bool:
+    return not _kept(value, 4)
 
 
 def public_ip(candidate: str) -> bool:
     """True for an address that can identify someone on the internet (loopback/private/link-local kept)."""
     if candidate.count(".") == 3 and ":" not in candidate:
         value = _ipv4_int(candidate)
-        if value is None:
-            return False
-        return not any(lo <= value <= hi for lo, hi in _KEPT_RANGES[4])
-    try:
-        addr = ipaddress.ip_address(candidate.split("%", 1)[0])
-    except ValueError:
+        return value is not None and not _kept(value, 4)
+    parsed = _parse_ip(candidate.split("%", 1)[0])
+    if parsed is None:
         return False
-    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
-        addr = addr.ipv4_mapped
-    value = int(addr)
-    return not any(lo <= value <= hi for lo, hi in _KEPT_RANGES[addr.version])
+    version, value = parsed
+    if version == 6 and value >> 32 == 0xFFFF:  # IPv4-mapped (::ffff:a.b.c.d): judged as the IPv4 address
+        version, value = 4, value & 0xFFFFFFFF
+    return not _kept(value, version)
+
+
+_OCTET = r"(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_IPV4_OCTETS = re.compile(rf"{_OCTET}\.{_OCTET}\.{_OCTET}\.{_OCTET}")
 
 
 def _ipv4_int(candidate: str) -> int | None:
+    """The address as an integer, or None unless it is four decimal octets without leading zeros."""
+    if candidate.isascii():
+        return ipv4_value(candidate)
     value = 0
     for part in candidate.split("."):
         if not part.isdigit() or len(part) > 3 or (len(part) > 1 and part[0] == "0"):
@@ -119,12 +177,47 @@ def _ipv4_int(candidate: str) -> int | None:
     return value
 
 
-def parses_as_ip(candidate: str) -> bool:
+_HEXTET = r"[0-9A-Fa-f]{1,4}+"  # possessive: hextets end at a colon, so nothing is ever given back
+_IPV6_FULL = re.compile(rf"{_HEXTET}(?::{_HEXTET}){{7}}")
+_IPV6_GAP = re.compile(rf"((?:{_HEXTET}(?::{_HEXTET})*+)?+)::((?:{_HEXTET}(?::{_HEXTET})*+)?+)")
+_EIGHT_HEXTETS = "%4s" * 8
+
+
+def _ipv6_int(candidate: str) -> int | None:
+    """The IPv6 forms without an IPv4 part or a zone (eight hextets, or one `::` with at most seven), parsed as
+    `ipaddress` would but in a fraction of its time; None for an ASCII text that is none of them."""
+    if "::" in candidate:
+        gap = _IPV6_GAP.fullmatch(candidate)
+        if gap is None:
+            return None
+        head, tail = gap.groups()
+        high = head.split(":") if head else []
+        low = tail.split(":") if tail else []
+        if len(high) + len(low) > 7:
+            return None
+        hextets = (*high, *(["0"] * (8 - len(high) - len(low))), *low)
+    elif _IPV6_FULL.fullmatch(candidate) is not None:
+        hextets = tuple(candidate.split(":"))
+    else:
+        return None
+    return int((_EIGHT_HEXTETS % hextets).replace(" ", "0"), 16)  # each padded to four digits, then one int()
+
+
+def _parse_ip(candidate: str) -> tuple[int, int] | None:
+    """(version, integer value) as `ipaddress.ip_address` parses it, or None; a text with a colon can only be
+    IPv6 and one without only IPv4, so only that parser runs (no failed parse and exception first)."""
+    if ":" in candidate and candidate.isascii() and "." not in candidate and "%" not in candidate:
+        value = _ipv6_int(candidate)  # without an IPv4 part or a zone, these forms are all `ipaddress` accepts
+        return None if value is None else (6, value)
     try:
-        ipaddress.ip_address(candidate)
-        return True
+        addr = ipaddress.IPv6Address(candidate) if ":" in candidate else ipaddress.IPv4Address(candidate)
     except ValueError:
-        return False
+        return None
+    return addr.version, int(addr)
+
+
+def parses_as_ip(candidate: str) -> bool:
+    return _parse_ip(candidate) is not None
 
 
 def nanp_ok(digits: str) -> bool:
@@ -135,6 +228,7 @@ def nanp_ok(digits: str) -> bool:
 
 
 _C_LOG_C = [0.0] + [c * math.log2(c) for c in range(1, 1025)]
+_C_LOG_C_ARRAY = np.array(_C_LOG_C)
 
 
 def shannon_entropy(text: str) -> float:
@@ -147,12 +241,30 @@ def shannon_entropy(text: str) -> float:
     return math.log2(n) - sum(c * math.log2(c) for c in counts) / n
 
 
+def entropy_at_least(text: str, bits: float) -> bool:
+    """`shannon_entropy(text) >= bits`, decided the same way but about twice as fast for the long ASCII values
+    secrets are: the byte counts come from numpy, summed in another order than `shannon_entropy` sums them, so a
+    result within 1e-9 of `bits` (rounding could differ there, by far less) is settled by `shannon_entropy`."""
+    n = len(text)
+    if n < 32 or n >= len(_C_LOG_C) or not text.isascii():
+        return shannon_entropy(text) >= bits
+    counts = np.bincount(np.frombuffer(text.encode("ascii"), np.uint8))
+    entropy = math.log2(n) - float(_C_LOG_C_ARRAY[counts].sum()) / n
+    if abs(entropy - bits) <= 1e-9:
+        return shannon_entropy(text) >= bits
+    return entropy >= bits
+
+
 _LOWER = frozenset("abcdefghijklmnopqrstuvwxyz")
 _UPPER = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 _DIGIT = frozenset("0123456789")
+_DIGIT_BYTES = b"0123456789"
 
 
 def char_classes(text: str) -> int:
     """How many of lower-case, upper-case and digit (ASCII) occur."""
+    if text.isascii():  # C string operations instead of a set of the characters
+        has_digit = len(text.encode().translate(None, _DIGIT_BYTES)) != len(text)
+        return (text != text.upper()) + (text != text.lower()) + has_digit
     chars = set(text)
     return (not chars.isdisjoint(_LOWER)) + (not chars.isdisjoint(_UPPER)) + (not chars.isdisjoint(_DIGIT))

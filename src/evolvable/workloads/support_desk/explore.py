@@ -11,12 +11,13 @@ searches instead, breadth-first over short tool sequences:
 - identifier arguments (`*_id`, numbers, emails) take the first matching value in the conversation's
   user turns (the ticket, then tool results): grounded, never invented;
 - free-text arguments (the reply, a reason, an address) are written by the model, continuing a
-  forced prefix that opens the JSON string (vLLM's `continue_final_message`), greedily and one
-  sentence long.
+  forced prefix that opens the JSON string (vLLM's `continue_final_message`), one sentence long:
+  greedily first, then up to `text_samples - 1` sampled rewrites of the last turn's text when the
+  plan failed on a check the text decides (a reply that does not mention the order's status).
 
-The first verified, safe success of a ticket ends its search. Successes become memory exemplars that
-teach the unconstrained agent; whether they do is measured by the replay gate on held-out tickets
-the explorer never saw.
+The first verified, safe and clean (every step made progress) success of a ticket ends its search.
+Successes become memory exemplars that teach the unconstrained agent; whether they do is measured
+by the replay gate on held-out tickets the explorer never saw.
 """
 
 from __future__ import annotations
@@ -56,7 +57,10 @@ class Exploration:
 
     @property
     def success(self) -> bool:
-        return self.verdict.success and self.verdict.safety.passed
+        """Verified, safe, and clean: every step made progress (no redundant, wrong or failed call), so
+        the exemplar shows no detour the agent would copy."""
+        v = self.verdict
+        return v.success and v.safety.passed and all(step.value > 0 for step in v.steps)
 
     def exemplar(self, task: Task) -> MemoryExemplar:
         ex = exemplar_from_outputs(task, self.outputs, exemplar_id=f"ex-explored-{task.id}-{len(self.outputs)}")
@@ -91,7 +95,8 @@ class SearchExplorer:
         model: str,
         harness: Harness,
         *,
-        temperature: float = 0.0,
+        temperature: float = 0.8,
+        text_samples: int = 3,
         max_turns: int = 3,
         max_text_tokens: int = 24,
         max_episodes: int = 16,
@@ -103,26 +108,27 @@ class SearchExplorer:
         self.model = model
         self.harness = harness
         self.temperature = temperature
+        self.text_samples = max(1, text_samples)
         self.max_turns = max_turns
         self.max_text_tokens = max_text_tokens
         self.max_episodes = max_episodes
         self.seed = seed
         self._written: dict[str, str] = {}
 
-    def _write(self, messages: list[ChatMessage], prefix: str, seed: int) -> str:
+    def _write(self, messages: list[ChatMessage], prefix: str, sample: int) -> str:
         """The model's continuation of a prefilled assistant message, up to the closing quote (memoised:
         longer plans replay their prefix's turns)."""
         wire: list[dict[str, Any]] = [m.model_dump(exclude_none=True) for m in messages]
         wire.append({"role": "assistant", "content": prefix})
-        key = hashlib.sha256(json.dumps([wire, seed], sort_keys=True).encode()).hexdigest()
+        key = hashlib.sha256(json.dumps([wire, sample], sort_keys=True).encode()).hexdigest()
         if key in self._written:
             return self._written[key]
         completion = self.client.chat.completions.create(
             model=self.model,
             messages=wire,  # type: ignore[arg-type]
-            temperature=self.temperature,
+            temperature=0.0 if sample == 0 else self.temperature,
             max_tokens=self.max_text_tokens,
-            seed=seed,
+            seed=self.seed + sample,
             stop=list(_TEXT_STOPS),
             extra_body={"continue_final_message": True, "add_generation_prompt": False},
         )
@@ -133,7 +139,7 @@ class SearchExplorer:
         self._written[key] = text
         return text
 
-    def _action(self, tool: ToolSpec, messages: list[ChatMessage], conversation: list[ChatMessage], seed: int) -> str:
+    def _action(self, tool: ToolSpec, messages: list[ChatMessage], conversation: list[ChatMessage], sample: int) -> str:
         values = grounded_values(conversation)
         args: dict[str, str] = {}
         for name, spec in tool.parameters.get("properties", {}).items():
@@ -142,18 +148,19 @@ class SearchExplorer:
                 args[name] = values[kind][0]
                 continue
             opened = json.dumps({"tool": tool.name, "args": args}, ensure_ascii=False)[:-2]  # drop the closing '}}'
-            written = self._write(messages, opened + (', "' if args else '"') + name + '": "', seed)
+            written = self._write(messages, opened + (', "' if args else '"') + name + '": "', sample)
             args[name] = written.strip() or "..."
         return json.dumps({"tool": tool.name, "args": args}, ensure_ascii=False)
 
-    def _run(self, task: Task, plan: Sequence[ToolSpec]) -> tuple[Exploration, bool]:
-        """Play `plan`; also says whether the episode is still open (the plan can be extended)."""
+    def _run(self, task: Task, plan: Sequence[ToolSpec], sample: int = 0) -> tuple[Exploration, bool]:
+        """Play `plan` (the model's texts: greedy for sample 0, sampled otherwise); also says whether the
+        episode is still open (the plan can be extended). Earlier turns of a plan keep their greedy text."""
         env = SupportDeskEnv(task)
         conversation = [ChatMessage(role="user", content=task.prompt())]
         outputs: list[str] = []
         for step, tool in enumerate(plan):
             messages = render_messages(self.harness, conversation, task_text=task.prompt(), cluster=task.cluster)
-            action = self._action(tool, messages, conversation, self.seed + step)
+            action = self._action(tool, messages, conversation, sample if step == len(plan) - 1 else 0)
             outputs.append(action)
             turn = env.step(action)
             conversation.append(ChatMessage(role="assistant", content=action))
@@ -173,18 +180,30 @@ class SearchExplorer:
                     if len(tried) >= self.max_episodes:
                         return tried
                     plan = [*prefix, tool]
-                    try:
-                        episode, still_open = self._run(task, plan)
-                    except openai.OpenAIError as err:
-                        error = f"{type(err).__name__}: {err}"
-                        tried.append(Exploration(task.id, task.cluster, [], verify(task, []), error))
-                        return tried
-                    if still_open:
-                        if len(plan) < self.max_turns:
-                            extended.append(plan)
-                        continue
-                    tried.append(episode)
-                    if episode.success:
-                        return tried
+                    for sample in range(self.text_samples):
+                        if len(tried) >= self.max_episodes:
+                            return tried
+                        try:
+                            episode, still_open = self._run(task, plan, sample)
+                        except openai.OpenAIError as err:
+                            error = f"{type(err).__name__}: {err}"
+                            tried.append(Exploration(task.id, task.cluster, [], verify(task, []), error))
+                            return tried
+                        if still_open:
+                            if len(plan) < self.max_turns:
+                                extended.append(plan)
+                            break
+                        tried.append(episode)
+                        if episode.success:
+                            return tried
+                        if not _text_can_help(episode):
+                            break
             frontier = extended
         return tried
+
+
+def _text_can_help(episode: Exploration) -> bool:
+    """Another sample of the model's text can only fix a plan whose every step made progress (right tools,
+    right targets, safe) and that still failed: then a check on the text decided it."""
+    wrote_text = any(argument_kind(k, {}) == "text" for o in episode.outputs for k in json.loads(o).get("args", {}))
+    return wrote_text and all(step.value > 0 for step in episode.verdict.steps)
