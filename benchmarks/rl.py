@@ -4,16 +4,18 @@ The embedded SmolLM2-135M serves the agent (policy server); every episode of liv
 through the Evolvable proxy, which records engine token ids and logprobs; the verifiers post the
 outcome and step-level process signals. Then, per round:
 
-    rollouts on train tickets (sampled, temperature 1, through the proxy)
-    -> training set from the store (decoupled PPO samples, per-intent baselines, replay groups)
+    rollouts on train tickets (sampled, several runs per ticket, through the proxy)
+    -> training set from the store (decoupled PPO samples, replay-group baselines, process signals)
     -> LoRA training (evolvable.trainer, the same job the control plane runs)
     -> publish: the adapter is hot-loaded into the policy server and serves the next round.
 
-Before and after, the holdout split (greedy) gives success with a Wilson 95% CI and the safety
-split gives the probe pass rate. The peer is the base policy under the same harness, in the same
-run. Writes benchmarks/results/rl.json and prints a Rich table.
+Before and after, the holdout split (greedy, disjoint from every train ticket) gives success and
+mean verifier reward, and the safety split the probe pass rate. The peer is the base policy under
+the same harness, on the same tickets, in the same run, so the before/after comparison is paired:
+the report gives paired 95% CIs of the differences (success and reward), the exact McNemar p, and
+the unpaired CI as well. Writes benchmarks/results/rl.json and prints a Rich table.
 
-    python benchmarks/rl.py                 # ~15-20 minutes on 2 CPU cores
+    python benchmarks/rl.py                 # ~20 minutes on 2 CPU cores (about half of them busy)
     python benchmarks/rl.py --quick         # a smoke run of a few minutes
 """
 
@@ -25,6 +27,7 @@ import math
 import os
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -47,27 +50,51 @@ def _mcnemar_p(before: list[bool], after: list[bool]) -> float:
 
 
 def _diff_ci(p1: float, n1: int, p2: float, n2: int) -> tuple[float, float]:
-    """95% normal-approximation CI of p2 - p1 (unpaired, conservative for paired data)."""
+    """95% normal-approximation CI of p2 - p1 as if the samples were independent (wider than paired)."""
     se = math.sqrt(p1 * (1 - p1) / max(n1, 1) + p2 * (1 - p2) / max(n2, 1))
     d = p2 - p1
     return d - 1.96 * se, d + 1.96 * se
 
 
-def main() -> None:
+def _paired_ci(before: list[float], after: list[float]) -> tuple[float, float, float]:
+    """Mean of the per-task differences after - before, with its 95% CI (t quantile, n - 1 df).
+
+    The same tickets are measured twice, so the task-to-task variance cancels; this is the
+    interval the paired design supports (for 0/1 outcomes it is the Wald interval of a paired
+    difference of proportions)."""
+    from scipy import stats
+
+    diffs = [a - b for b, a in zip(before, after, strict=True)]
+    n = len(diffs)
+    if n < 2:
+        return (diffs[0] if diffs else 0.0), -1.0, 1.0
+    mean = sum(diffs) / n
+    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
+    half = float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+def _parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--train-tasks", type=int, default=24, help="distinct train tickets per round")
-    parser.add_argument("--repeats", type=int, default=2, help="runs per train ticket (replay groups)")
-    parser.add_argument("--holdout", type=int, default=40)
+    parser.add_argument("--harness", choices=("memory", "default", "weak"), default="memory")
+    parser.add_argument("--memory-k", type=int, default=1, help="worked examples per prompt (--harness memory)")
+    parser.add_argument("--train-tasks", type=int, default=12, help="distinct train tickets per round")
+    parser.add_argument("--repeats", type=int, default=4, help="runs per train ticket (replay-group baselines)")
+    parser.add_argument("--temperature", type=float, default=0.7, help="rollout sampling temperature")
+    parser.add_argument("--holdout", type=int, default=48)
     parser.add_argument("--safety", type=int, default=12)
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--memory-k", type=int, default=1, help="worked examples retrieved into each prompt")
+    parser.add_argument("--budget-min", type=float, default=25.0, help="skip a further round that would not fit")
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--max-turns", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--lr", type=float, default=3e-4)
+    parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--lora-r", type=int, default=16)
+    parser.add_argument("--lora-top-layers", type=int, default=8, help="adapters on the top N layers only (0: all)")
     parser.add_argument("--ppo-epochs", type=int, default=1)
     parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--clip-eps-high", type=float, default=None)
+    parser.add_argument("--process-coef", type=float, default=0.5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout-s", type=float, default=3600.0, help="per model call (a shared CPU is slow)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the pipeline, proves nothing")
@@ -75,12 +102,19 @@ def main() -> None:
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
     if args.quick:
-        args.train_tasks, args.repeats, args.holdout, args.safety = 4, 2, 6, 3
+        args.train_tasks, args.repeats, args.holdout, args.safety, args.rounds = 4, 2, 6, 3, 1
+    for name in ("train_tasks", "repeats", "holdout", "safety", "rounds", "max_tokens", "max_turns"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1")
+    return args
+
+
+def main() -> None:
+    args = _parse_args()
 
     import torch
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    from rich.table import Table
 
     from evolvable.policy_server.model_loading import load_base_model
     from evolvable.store import TrajectoryFilter
@@ -90,18 +124,34 @@ def main() -> None:
     from evolvable.trainer.samples import StoreSource
     from evolvable.trainer.stack import local_stack
     from evolvable.workloads.support_desk.evaluate import EvalReport, evaluate
-    from evolvable.workloads.support_desk.harnesses import AGENT_NAME, default_harness, oracle_exemplars
+    from evolvable.workloads.support_desk.harnesses import (
+        AGENT_NAME,
+        default_harness,
+        oracle_exemplars,
+        weak_harness,
+    )
     from evolvable.workloads.support_desk.tasks import generate_tasks
 
     console = Console()
+    if not console.is_terminal:  # a log file: wide enough that the table does not wrap
+        console = Console(width=132)
     torch.manual_seed(args.seed)
     started, cpu_started = time.perf_counter(), time.process_time()
     phases: dict[str, float] = {}
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="evolvable-rl-"))
-    exemplar_pool = oracle_exemplars(generate_tasks("train", 12, seed=1000 + args.seed))
-    harness = default_harness(memory=exemplar_pool, memory_k=args.memory_k)
+    if args.harness == "memory":
+        exemplar_pool = oracle_exemplars(generate_tasks("train", 12, seed=1000 + args.seed))
+        harness = default_harness(memory=exemplar_pool, memory_k=args.memory_k)
+    else:
+        harness = default_harness() if args.harness == "default" else weak_harness()
     holdout = generate_tasks("holdout", args.holdout, seed=args.seed)
     safety = generate_tasks("safety", args.safety, seed=args.seed)
+    train_rounds = [
+        generate_tasks("train", args.train_tasks, seed=100 + 17 * r + args.seed) for r in range(args.rounds)
+    ]
+    train_ids = {t.id for tasks in train_rounds for t in tasks}
+    if train_ids & {t.id for t in holdout + safety}:
+        raise SystemExit("train tickets overlap the holdout or safety tickets")
 
     t0 = time.perf_counter()
     model, tokenizer = load_base_model()
@@ -124,10 +174,14 @@ def main() -> None:
                 **kw,
             )
         elapsed = time.perf_counter() - started
-        console.print(f"{label}: {report.overall.rate:.0%} success, {report.errors} errors, at {elapsed:.0f} s")
+        console.print(
+            f"{label}: {report.overall.rate:.0%} success, reward {report.overall.mean_reward:.3f}, "
+            f"{report.errors} errors, at {elapsed:.0f} s"
+        )
         return report
 
     rounds: list[dict[str, Any]] = []
+    skipped: list[int] = []
     with local_stack(model, tokenizer, workdir, max_batch=args.concurrency) as stack:
         base_name = "smollm2-135m"
         t0 = time.perf_counter()
@@ -137,22 +191,42 @@ def main() -> None:
 
         serving, adapter, baselines = base_name, None, None
         db_url = f"sqlite:///{workdir / 'store.db'}"
-        for r in range(args.rounds):
-            train = generate_tasks("train", args.train_tasks, seed=100 + 17 * r + args.seed) * args.repeats
-            since = __import__("datetime").datetime.now(__import__("datetime").UTC)
-            t0 = time.perf_counter()
-            rollouts = run(f"rollouts r{r + 1}", train, stack.proxy_v1, serving, record=True, temperature=1.0)
+        for r, train_tasks in enumerate(train_rounds):
+            if rounds:
+                # A further round must leave time for the final evaluation (adapters serve a bit slower).
+                projected = time.perf_counter() - started + rounds[-1]["round_s"] + 1.3 * phases["eval_before_s"]
+                if projected > args.budget_min * 60:
+                    skipped = list(range(r + 1, args.rounds + 1))
+                    console.print(f"[yellow]round {r + 1} skipped: it would end at ~{projected / 60:.0f} min[/]")
+                    break
+            round_start = time.perf_counter()
+            train = train_tasks * args.repeats
+            since = datetime.now(UTC)
+            rollouts = run(
+                f"rollouts r{r + 1}",
+                train,
+                stack.proxy_v1,
+                serving,
+                record=True,
+                temperature=args.temperature,
+                seed=args.seed * 100_000 + r * 1000,
+            )
             stack.flush()
-            rollout_s = time.perf_counter() - t0
+            rollout_s = time.perf_counter() - round_start
             config = RLConfig(
                 base_model=base_name,
                 init_adapter=adapter,
                 lora_r=args.lora_r,
                 lora_alpha=2 * args.lora_r,
+                lora_top_layers=args.lora_top_layers,
                 lr=args.lr,
                 epochs=args.epochs,
                 ppo_epochs=args.ppo_epochs,
-                rollout_batch_size=len(train),
+                clip_eps_high=args.clip_eps_high,
+                process_coef=args.process_coef,
+                # One PPO iteration per round: the data was sampled by the policy training starts from.
+                proximal_from_behaviour=True,
+                rollout_batch_size=100_000,
                 micro_batch_size=4,
                 grad_accum_steps=2,
                 max_seq_len=2048,
@@ -167,7 +241,12 @@ def main() -> None:
                 baselines=baselines,
             )
             train_s = time.perf_counter() - t0
-            console.print(f"round {r + 1}: trained in {train_s:.0f} s: {result.metrics}", highlight=False)
+            metrics = result.metrics
+            console.print(
+                f"round {r + 1}: {result.sample_stats['samples']} samples, {result.optimizer_steps} steps, "
+                f"trained in {train_s:.0f} s ({metrics.get('tokens_per_s', 0):.0f} tokens/s)",
+                highlight=False,
+            )
             if result.adapter_dir is None:
                 console.print(f"[red]round {r + 1}: no usable samples[/] {result.sample_stats}")
                 break
@@ -181,18 +260,23 @@ def main() -> None:
             rounds.append(
                 {
                     "round": r + 1,
+                    "policy": lora_name,
                     "rollouts": len(train),
+                    "distinct_tickets": len(train_tasks),
                     "rollout_success": rollouts.overall.rate,
                     "rollout_mean_reward": rollouts.overall.mean_reward,
+                    "rollout_per_intent": {k: v.rate for k, v in rollouts.per_intent.items()},
                     "rollout_s": rollout_s,
                     "train_s": train_s,
+                    "round_s": time.perf_counter() - round_start,
                     "samples": result.sample_stats["samples"],
+                    "tokens": result.sample_stats["tokens"],
                     "excluded": result.sample_stats["excluded"],
                     "generated_tokens": result.sample_stats["generated_tokens"],
                     "optimizer_steps": result.optimizer_steps,
-                    "trainer_tokens_per_s": result.metrics["tokens_per_s"],
-                    "clip_fraction": result.metrics["clip_fraction_mean"],
-                    "approx_kl": result.metrics["approx_kl_mean"],
+                    "trainer_tokens_per_s": metrics["tokens_per_s"],
+                    "clip_fraction": metrics["clip_fraction_mean"],
+                    "approx_kl": metrics["approx_kl_mean"],
                 }
             )
         t0 = time.perf_counter()
@@ -200,71 +284,130 @@ def main() -> None:
         safety_after = run(f"safety ({serving})", safety, stack.policy_v1, serving, record=False)
         phases["eval_after_s"] = time.perf_counter() - t0
 
+    report = _report(args, before, after, safety_before, safety_after, rounds, skipped, serving)
+    report["device"] = "cuda" if torch.cuda.is_available() else f"cpu ({torch.get_num_threads()} threads)"
+    report["phases_s"] = phases
+    report["total_s"] = time.perf_counter() - started
+    report["process_cpu_s"] = time.process_time() - cpu_started
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2, default=str))
+    console.print(_table(report))
+    console.print(f"wrote {out}")
+
+
+def _report(args, before, after, safety_before, safety_after, rounds, skipped, serving) -> dict[str, Any]:
+    """Everything the table shows and more: paired and unpaired statistics, per intent, per ticket."""
     b, a = before.overall, after.overall
-    low, high = _diff_ci(b.rate, b.n, a.rate, a.n)
-    by_task_before = {e.task_id: e.success for e in before.episodes}
-    paired = [(by_task_before[e.task_id], e.success) for e in after.episodes]
-    p_value = _mcnemar_p([x for x, _ in paired], [y for _, y in paired])
-    total_s = time.perf_counter() - started
-    report = {
+    after_by_task = {e.task_id: e for e in after.episodes}
+    pairs = [(e, after_by_task[e.task_id]) for e in before.episodes]
+    success_b = [float(x.success) for x, _ in pairs]
+    success_a = [float(y.success) for _, y in pairs]
+    reward_b = [x.reward for x, _ in pairs]
+    reward_a = [y.reward for _, y in pairs]
+    success_diff, success_low, success_high = _paired_ci(success_b, success_a)
+    reward_diff, reward_low, reward_high = _paired_ci(reward_b, reward_a)
+    unpaired_low, unpaired_high = _diff_ci(b.rate, b.n, a.rate, a.n)
+    intents = sorted(before.per_intent)
+    return {
         "config": vars(args),
-        "device": "cuda" if torch.cuda.is_available() else f"cpu ({torch.get_num_threads()} threads)",
         "before": {
             "holdout": b.model_dump(),
             "safety_pass_rate": safety_before.safety_pass_rate,
             "safety_ci": safety_before.safety_ci,
-            "per_intent": {k: v.rate for k, v in before.per_intent.items()},
         },
         "after": {
             "holdout": a.model_dump(),
             "safety_pass_rate": safety_after.safety_pass_rate,
             "safety_ci": safety_after.safety_ci,
-            "per_intent": {k: v.rate for k, v in after.per_intent.items()},
             "policy": serving,
         },
-        "success_diff": a.rate - b.rate,
-        "success_diff_ci95": [low, high],
-        "mcnemar_p": p_value,
-        "improved_outside_ci": low > 0,
+        "per_intent": {
+            i: {
+                "n": before.per_intent[i].n,
+                "success_before": before.per_intent[i].rate,
+                "success_after": after.per_intent[i].rate,
+                "reward_before": before.per_intent[i].mean_reward,
+                "reward_after": after.per_intent[i].mean_reward,
+            }
+            for i in intents
+        },
+        "success_diff": success_diff,
+        "success_diff_ci95_paired": [success_low, success_high],
+        "success_diff_ci95_unpaired": [unpaired_low, unpaired_high],
+        "mcnemar_p": _mcnemar_p([x > 0 for x in success_b], [y > 0 for y in success_a]),
+        "tickets_gained": sum(1 for x, y in zip(success_b, success_a, strict=True) if y > x),
+        "tickets_lost": sum(1 for x, y in zip(success_b, success_a, strict=True) if y < x),
+        "reward_diff": reward_diff,
+        "reward_diff_ci95_paired": [reward_low, reward_high],
+        "improved_outside_ci": {"success": success_low > 0, "mean_reward": reward_low > 0},
         "safety_regressed": safety_after.safety_pass_rate < safety_before.safety_pass_rate,
+        "safety_violations_after": safety_after.safety_violations,
         "rounds": rounds,
-        "phases_s": phases,
-        "total_s": total_s,
-        "process_cpu_s": time.process_time() - cpu_started,
+        "rounds_skipped_for_budget": skipped,
+        "holdout_episodes": [
+            {
+                "task_id": x.task_id,
+                "intent": x.intent,
+                "before": {"success": x.success, "reward": x.reward, "tools": [t.tool for t in x.turns]},
+                "after": {"success": y.success, "reward": y.reward, "tools": [t.tool for t in y.turns]},
+            }
+            for x, y in pairs
+        ],
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2, default=str))
 
+
+def _table(report: dict[str, Any]) -> Any:
+    from rich.table import Table
+
+    b, a = report["before"]["holdout"], report["after"]["holdout"]
     table = Table(title="Online RL on the support desk (SmolLM2-135M, LoRA, decoupled PPO)")
-    for col in ("", "base policy", "after RL", "ratio / diff"):
+    for col in ("", "base policy", f"after RL ({report['after']['policy']})", "diff [paired 95% CI]"):
         table.add_column(col)
+    low, high = report["success_diff_ci95_paired"]
     table.add_row(
-        "holdout success",
-        f"{b.rate:.1%} [{b.ci_low:.0%}, {b.ci_high:.0%}]",
-        f"{a.rate:.1%} [{a.ci_low:.0%}, {a.ci_high:.0%}]",
-        f"{a.rate - b.rate:+.1%} [{low:+.0%}, {high:+.0%}]",
+        f"holdout success ({b['n']} tickets)",
+        f"{b['rate']:.1%} [{b['ci_low']:.0%}, {b['ci_high']:.0%}]",
+        f"{a['rate']:.1%} [{a['ci_low']:.0%}, {a['ci_high']:.0%}]",
+        f"{report['success_diff']:+.1%} [{low:+.1%}, {high:+.1%}]",
     )
+    low, high = report["reward_diff_ci95_paired"]
     table.add_row(
-        "holdout mean reward", f"{b.mean_reward:.3f}", f"{a.mean_reward:.3f}", f"{a.mean_reward - b.mean_reward:+.3f}"
+        "holdout mean verifier reward",
+        f"{b['mean_reward']:.3f}",
+        f"{a['mean_reward']:.3f}",
+        f"{report['reward_diff']:+.3f} [{low:+.3f}, {high:+.3f}]",
+    )
+    low, high = report["success_diff_ci95_unpaired"]
+    table.add_row(
+        "tickets gained / lost",
+        "",
+        f"{report['tickets_gained']} / {report['tickets_lost']}",
+        f"McNemar p {report['mcnemar_p']:.3f}; unpaired CI [{low:+.0%}, {high:+.0%}]",
     )
     table.add_row(
         "safety probes passed",
-        f"{safety_before.safety_pass_rate:.0%}",
-        f"{safety_after.safety_pass_rate:.0%}",
-        f"{safety_after.safety_pass_rate - safety_before.safety_pass_rate:+.0%}",
+        f"{report['before']['safety_pass_rate']:.0%}",
+        f"{report['after']['safety_pass_rate']:.0%}",
+        f"{report['after']['safety_pass_rate'] - report['before']['safety_pass_rate']:+.0%}",
     )
-    for r in rounds:
+    for intent, row in report["per_intent"].items():
+        table.add_row(
+            f"  {intent} ({row['n']})",
+            f"{row['success_before']:.0%}, reward {row['reward_before']:.2f}",
+            f"{row['success_after']:.0%}, reward {row['reward_after']:.2f}",
+            "",
+        )
+    for r in report["rounds"]:
         table.add_row(
             f"round {r['round']}",
             f"{r['rollouts']} rollouts, {r['rollout_success']:.0%} success",
             f"{r['samples']} samples, {r['optimizer_steps']} steps",
-            f"trainer {r['trainer_tokens_per_s']:.0f} tok/s",
+            f"trainer {r['trainer_tokens_per_s']:.0f} tok/s; round {r['round_s'] / 60:.1f} min",
         )
-    table.add_row("McNemar p (paired)", "", "", f"{p_value:.3f}")
-    table.add_row("wall time (CPU time)", "", "", f"{total_s / 60:.1f} min ({report['process_cpu_s'] / 60:.1f} min)")
-    console.print(table)
-    console.print(f"wrote {out}")
+    minutes = report["total_s"] / 60
+    table.add_row("wall time (process CPU time)", "", "", f"{minutes:.1f} min ({report['process_cpu_s'] / 60:.1f} min)")
+    return table
 
 
 if __name__ == "__main__":

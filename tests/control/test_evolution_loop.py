@@ -51,7 +51,7 @@ def test_automatic_control_plane_beats_static_on_the_workload(tmp_path) -> None:
     holdout = generate_tasks("holdout", 24, seed=12)
     safety = generate_tasks("safety", 8, seed=13)
     tasks_by_prompt = {t.prompt(): t for t in [*train, *holdout, *safety]}
-    args = argparse.Namespace(batches=3, batch_size=16, model="mock")
+    args = argparse.Namespace(batches=3, batch_size=16, model="mock", explore_tasks=2)
     with MockOpenAI(learner(tasks_by_prompt)) as mock:
         runner = SupportDeskRunner(mock.base_url, "mock", concurrency=4)
         tasks = {"train": train, "holdout": holdout, "safety": safety}

@@ -173,3 +173,77 @@ def test_trainer_package_exports() -> None:
     import evolvable.trainer as trainer
 
     assert all(hasattr(trainer, name) for name in trainer.__all__)
+
+
+def _on_policy(samples: list, config: RLConfig) -> list:
+    """The samples with behaviour logprobs replaced by the fresh adapter's own (as if it had sampled them)."""
+    from evolvable.trainer.loop import _collate, _sequence_logprobs, _with_adapter, load_policy_model
+
+    model = _with_adapter(load_policy_model(config), config)
+    for sample in samples:
+        batch = _collate([sample], torch.device("cpu"))
+        with torch.no_grad():
+            logprobs = _sequence_logprobs(model, batch, 1.0)[0]
+        sample.behaviour_logprobs = [float(x) * m for x, m in zip(logprobs, sample.loss_mask, strict=True)]
+    return samples
+
+
+def _train(samples: list, config: RLConfig) -> dict[str, torch.Tensor]:
+    from accelerate import Accelerator
+
+    from evolvable.trainer.advantages import RunningBaselines
+    from evolvable.trainer.loop import JobState, train_on_samples
+
+    Path(config.output_dir).mkdir(parents=True)
+    accelerator = Accelerator(cpu=True, gradient_accumulation_steps=config.grad_accum_steps)
+    model, _ = train_on_samples(samples, config, job_state=JobState(RunningBaselines()), accelerator=accelerator)
+    return {k: v.detach().clone() for k, v in model.named_parameters() if v.requires_grad}
+
+
+def test_proximal_from_behaviour_is_exact_on_policy_only(tmp_path: Path, synthetic_set: list[Trajectory]) -> None:
+    from evolvable.trainer.advantages import RunningBaselines
+    from evolvable.trainer.samples import build_training_set
+
+    settings = dict(rollout_batch_size=64, micro_batch_size=2, grad_accum_steps=2, lr=1e-2, ppo_epochs=2)
+    samples, _ = build_training_set(synthetic_set, tiny_config(tmp_path / "x", **settings), RunningBaselines())
+    fresh = _on_policy(samples, tiny_config(tmp_path / "x", **settings))
+    recomputed = _train(fresh, tiny_config(tmp_path / "a", **settings))
+    reused = _train(fresh, tiny_config(tmp_path / "b", proximal_from_behaviour=True, **settings))
+    for key in recomputed:
+        torch.testing.assert_close(recomputed[key], reused[key], atol=1e-5, rtol=1e-4)
+    # Off-policy data (the fixture's constant -2.0 logprobs): reusing them as proximal changes the update.
+    stale, _ = build_training_set(synthetic_set, tiny_config(tmp_path / "y", **settings), RunningBaselines())
+    off = _train(stale, tiny_config(tmp_path / "c", proximal_from_behaviour=True, **settings))
+    assert any(not torch.allclose(recomputed[k], off[k], atol=1e-4) for k in recomputed)
+
+
+def test_lora_top_layers_adapts_only_the_top_layers(tmp_path: Path, synthetic_set: list[Trajectory]) -> None:
+    result = run_training_job(tiny_config(tmp_path / "job", lora_top_layers=1), synthetic_set)
+    keys = adapter_weights(result.adapter_dir).keys()
+    assert keys and all(".layers.1." in k for k in keys)  # the tiny model has layers 0 and 1
+    with pytest.raises(TrainingError, match="has 2 layers"):
+        run_training_job(tiny_config(tmp_path / "bad", lora_top_layers=3), synthetic_set)
+    with pytest.raises(TrainingError, match="lora_top_layers"):
+        tiny_config(tmp_path / "neg", lora_top_layers=-1)
+
+
+def test_padding_sequences_are_one_token_and_change_nothing(tmp_path: Path, synthetic_set: list[Trajectory]) -> None:
+    from evolvable.trainer.advantages import RunningBaselines
+    from evolvable.trainer.loop import _rank_share
+    from evolvable.trainer.samples import build_training_set
+
+    # 5 sequences, one optimizer step of 4 micro-batches of 2: three padding sequences.
+    config = tiny_config(tmp_path / "x", rollout_batch_size=64, micro_batch_size=2, grad_accum_steps=4, lr=1e-2)
+    samples, _ = build_training_set(synthetic_set, config, RunningBaselines())
+    samples = samples[:5]
+    share = _rank_share(list(range(5)), samples, config, 0, 1)
+    padding = [s for s in share if s.sample_id == "padding"]
+    assert len(share) == 8 and len(padding) == 3 and all(len(s.input_ids) == 1 for s in padding)
+    padded = _train(samples, config)
+    # The same single step as 5 micro-batches of one sequence, no padding: the same update.
+    plain = _train(
+        samples, tiny_config(tmp_path / "p", rollout_batch_size=64, micro_batch_size=1, grad_accum_steps=5, lr=1e-2)
+    )
+    for key in padded:
+        torch.testing.assert_close(padded[key], plain[key], atol=1e-5, rtol=1e-4)
+    assert any(not torch.equal(v, torch.zeros_like(v)) for k, v in padded.items() if "lora_B" in k)

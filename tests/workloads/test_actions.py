@@ -55,7 +55,15 @@ def test_prose_is_the_final_reply() -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["", "   ", '{"tool": ', '{"args": {"order_id": "1"}}', "call lookup_order now", '{"tool": "x", "args": [1]}'],
+    [
+        "",
+        "   ",
+        '{"tool": ',
+        '{"args": {"order_id": "1"}}',
+        "call lookup_order now",
+        '{"tool": "x", "args": [1]}',
+        "{'tool': 'lookup_order', 'args': {'order_id': ...}}",  # a Python literal, not JSON: once crashed a run
+    ],
 )
 def test_failed_attempts_raise(text: str) -> None:
     with pytest.raises(ActionParseError):

@@ -90,6 +90,32 @@ def _plot_rounds(rounds: list[dict[str, Any]], baseline: float, after: float, pa
     return path
 
 
+def _lever_comparison(path: Path | None) -> list[str]:
+    """The evolution benchmark's arms (static, single levers, automatic), when its results are at hand:
+    the demo runs one arm; this is how the levers compare on the same workload."""
+    if path is None or not path.is_file():
+        return []
+    try:
+        data = json.loads(path.read_text())
+        rows = [
+            f"| {a['arm']} | {a['holdout_success']:.0%} ({a['holdout_ci'][0]:.0%}-{a['holdout_ci'][1]:.0%}) "
+            f"n={a['holdout_n']} | {a['safety_pass']:.0%} | "
+            + "; ".join(f"{d['lever']}: {d['state']}" for d in a["decisions"])
+            + " |"
+            for a in data["arms"]
+        ]
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return ["", f"(lever comparison at {path.name} is unreadable)"]
+    return [
+        "",
+        f"## Lever comparison ({path.name}, benchmarks/evolution.py)",
+        "",
+        "| arm | holdout success (95% CI) | safety | decisions |",
+        "|---|---|---|---|",
+        *rows,
+    ]
+
+
 def write_report(
     cfg: DemoConfig,
     *,
@@ -172,6 +198,7 @@ def write_report(
         *[f"- **{d['lever']}** ({d['state']}, verdict {d['verdict'] or '-'}): {d['rationale']}" for d in decisions],
         "",
         "Files: `summary.json`, `decisions.json`, `trajectories.jsonl` (ATDP), `evolvable.db` (the store).",
+        *_lever_comparison(Path(cfg.lever_comparison) if cfg.lever_comparison else None),
     ]
     (out / "report.md").write_text("\n".join(lines) + "\n")
     console.print(

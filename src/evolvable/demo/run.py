@@ -38,20 +38,23 @@ class DemoConfig:
     rounds: int = 3
     round_size: int = 16
     report_tasks: int = 24
-    gate_tasks: int = 16
+    gate_tasks: int = 36
+    """The replay gate's held-out tickets: a paired test needs a few dozen to see a 10-point gain."""
     safety_tasks: int = 8
     max_tokens: int = 48
     max_turns: int = 3
     concurrency: int = 24
     seed: int = 7
     start: str = "default"
-    """Starting harness: `default` (a plain, reasonable agent) or `weak` (prose-only; nothing to harvest)."""
+    """Starting harness: `default` (a plain, reasonable agent) or `weak` (prose-only, terse tools)."""
     live_temperature: float = 0.8
     """Live agents sample; the lucky successes are what the memory lever harvests. Measurements are greedy."""
-    explore_tasks: int = 2
+    explore_tasks: int = 3
     """Recorded failed tickets per failing cluster that the memory lever replays in search of a success."""
     explore_max_episodes: int = 12
     """Search budget per ticket (episodes tried before giving up)."""
+    lever_comparison: Path | None = Path("benchmarks/results/evolution.json")
+    """The evolution benchmark's results, shown in the report when the file exists (a checkout's)."""
 
     @classmethod
     def build(cls, report_dir: Path, *, quick: bool, levers: frozenset[Lever] | None, model: str) -> DemoConfig:

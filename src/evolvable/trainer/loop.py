@@ -129,11 +129,18 @@ def _with_adapter(model: torch.nn.Module, config: RLConfig) -> torch.nn.Module:
 
     if config.init_adapter:
         return PeftModel.from_pretrained(model, config.init_adapter, is_trainable=True)
+    layers = None
+    if config.lora_top_layers:
+        total = int(model.config.num_hidden_layers)
+        if config.lora_top_layers > total:
+            raise TrainingError(f"lora_top_layers={config.lora_top_layers} but the model has {total} layers")
+        layers = list(range(total - config.lora_top_layers, total))
     lora = LoraConfig(
         r=config.lora_r,
         lora_alpha=config.lora_alpha,
         lora_dropout=config.lora_dropout,
         target_modules=list(config.lora_targets),
+        layers_to_transform=layers,
         task_type="CAUSAL_LM",
     )
     return get_peft_model(model, lora)
@@ -162,12 +169,15 @@ def _collate(samples: list[TrainingSample], device: torch.device) -> dict[str, t
 
 
 def _padding_sample(like: TrainingSample) -> TrainingSample:
-    """A sequence that keeps every process stepping in lockstep but has no loss (mask all 0)."""
-    n = len(like.input_ids)
+    """A sequence that keeps every process stepping in lockstep but has no loss (mask all 0).
+
+    One token long: a micro-batch of padding alone costs no forward pass at all (nothing to score),
+    and one that shares a micro-batch with real sequences adds no width."""
+    n = 1
     return TrainingSample(
         sample_id="padding",
         trajectory_id="padding",
-        input_ids=list(like.input_ids),
+        input_ids=list(like.input_ids[:n]),
         loss_mask=[0] * n,
         behaviour_logprobs=[0.0] * n,
         advantages=[0.0] * n,
@@ -278,10 +288,16 @@ def train_on_samples(
                 for i in range(0, len(share), config.micro_batch_size)
             ]
             # 1. Proximal (and reference) logprobs under the policy as it is now, without gradient.
+            # Before the first update the policy is the one that sampled on-policy data: the recorded
+            # behaviour logprobs are the proximal ones, when the job says its data is on-policy.
+            on_policy = config.proximal_from_behaviour and iteration == 0
             model.eval()
             with torch.no_grad():
                 for batch in micro:
-                    batch["proximal_logprobs"] = _sequence_logprobs(model, batch, config.temperature)
+                    if on_policy:
+                        batch["proximal_logprobs"] = batch["behaviour_logprobs"]
+                    else:
+                        batch["proximal_logprobs"] = _sequence_logprobs(model, batch, config.temperature)
                     if config.kl_coef > 0:
                         with unwrapped.disable_adapter():
                             batch["ref_logprobs"] = _sequence_logprobs(model, batch, config.temperature)

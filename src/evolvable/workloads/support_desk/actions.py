@@ -102,8 +102,10 @@ def _loads(candidate: str) -> Any:
         pass
     try:
         pythonish = re.sub(r"\btrue\b", "True", re.sub(r"\bfalse\b", "False", re.sub(r"\bnull\b", "None", candidate)))
-        return ast.literal_eval(pythonish)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        value = ast.literal_eval(pythonish)
+        json.dumps(value)  # `...`, sets, bytes, complex numbers: Python, not an action a tool step can record
+        return value
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return None
 
 
