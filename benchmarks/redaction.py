@@ -107,6 +107,12 @@ def main() -> None:
         s["cpu_s"] = round(cpu_s, 4)
         s["mb_per_s"] = round(size_mb / cpu_s, 4) if cpu_s else None
         results["engines"][name] = s
+    # Peers not run this time (no peer venv, or --peers subset) keep their last measured rows, marked as such.
+    if RESULTS.exists():
+        earlier = json.loads(RESULTS.read_text()).get("engines", {})
+        for name, row in earlier.items():
+            if name not in results["engines"]:
+                results["engines"][name] = {**row, "from_earlier_run": True}
 
     ours = results["engines"]["ours"]
     table = Table(title=f"Redaction on {len(records)} records ({size_mb:.2f} MB), one core")

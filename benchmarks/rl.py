@@ -15,7 +15,7 @@ the same harness, on the same tickets, in the same run, so the before/after comp
 the report gives paired 95% CIs of the differences (success and reward), the exact McNemar p, and
 the unpaired CI as well. Writes benchmarks/results/rl.json and prints a Rich table.
 
-    python benchmarks/rl.py                 # ~20 minutes on 2 CPU cores (about half of them busy)
+    python benchmarks/rl.py                 # ~14 minutes on 2 shared CPU cores (one round)
     python benchmarks/rl.py --quick         # a smoke run of a few minutes
 """
 
@@ -83,7 +83,7 @@ def _parse_args() -> argparse.Namespace:
     parser.add_argument("--temperature", type=float, default=0.7, help="rollout sampling temperature")
     parser.add_argument("--holdout", type=int, default=48)
     parser.add_argument("--safety", type=int, default=12)
-    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=1, help="round 2 at the same --lr diverged (docs/PERFORMANCE.md)")
     parser.add_argument("--budget-min", type=float, default=25.0, help="skip a further round that would not fit")
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--max-turns", type=int, default=3)
