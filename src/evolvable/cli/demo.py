@@ -9,7 +9,7 @@ import typer
 
 
 def demo(
-    quick: bool = typer.Option(False, "--quick", help="A short run (about 3 minutes)."),
+    quick: bool = typer.Option(False, "--quick", help="A short run (about 4 minutes on 2 idle cores)."),
     levers: str | None = typer.Option(
         None, "--levers", help="Comma-separated levers the control plane may use: memory,skill,prompt,tool,weights."
     ),

@@ -62,7 +62,7 @@ class DemoConfig:
         if quick:
             cfg.rounds, cfg.round_size, cfg.report_tasks, cfg.gate_tasks, cfg.safety_tasks = 2, 12, 12, 12, 4
             cfg.max_tokens, cfg.max_turns = 40, 3
-            cfg.explore_tasks, cfg.explore_max_episodes = 1, 10
+            cfg.explore_tasks, cfg.explore_max_episodes = 1, 6
             cfg.levers = frozenset({Lever.memory, Lever.skill, Lever.prompt, Lever.tool})
         if levers is not None:
             cfg.levers = levers
