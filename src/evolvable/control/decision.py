@@ -84,6 +84,11 @@ def _failing_clusters(stats: AgentStatistics, cfg: DecisionConfig) -> list[str]:
     return [c for c, g in stats.clusters.items() if g.n >= cfg.min_cluster_runs and g.success_rate < cfg.target_success]
 
 
+def _rates(stats: AgentStatistics, clusters: list[str]) -> str:
+    """'a (20%), b (0%)': the clusters a rationale names, with their success rates."""
+    return ", ".join(f"{c} ({stats.clusters[c].success_rate:.0%})" for c in clusters)
+
+
 def _cooling(ctx: DecisionContext, proposal: Proposal, cfg: DecisionConfig) -> bool:
     for d in ctx.recent[: cfg.cooldown]:
         if d.evidence.get("target_key") != proposal.target_key:
@@ -149,9 +154,7 @@ def rule_memory(ctx: DecisionContext, cfg: DecisionConfig) -> Proposal | None:
         return Proposal(
             Lever.memory,
             "failing clusters with successful exemplars",
-            "clusters "
-            + ", ".join(f"{c} ({ctx.stats.clusters[c].success_rate:.0%})" for c in clusters)
-            + " fail, and successful runs of them exist to use as exemplars",
+            f"clusters {_rates(ctx.stats, clusters)} fail, and successful runs of them exist to use as exemplars",
             target={"clusters": clusters},
             improve=clusters,
             at_risk=[],
@@ -167,10 +170,8 @@ def rule_memory(ctx: DecisionContext, cfg: DecisionConfig) -> Proposal | None:
         return Proposal(
             Lever.memory,
             "explore failing clusters by replay",
-            "clusters "
-            + ", ".join(f"{c} ({ctx.stats.clusters[c].success_rate:.0%})" for c in explorable)
-            + " fail with no successful runs to use as exemplars; their recorded tasks can be replayed and"
-            " searched for verified successes",
+            f"clusters {_rates(ctx.stats, explorable)} fail with no successful runs to use as exemplars; "
+            "their recorded tasks can be replayed and searched for verified successes",
             target={"clusters": explorable, "explore": True},
             improve=explorable,
             at_risk=[c for c in ctx.stats.clusters if c not in explorable],
@@ -185,9 +186,7 @@ def rule_memory(ctx: DecisionContext, cfg: DecisionConfig) -> Proposal | None:
     return Proposal(
         Lever.memory,
         "format exemplars from other clusters",
-        "clusters "
-        + ", ".join(f"{c} ({ctx.stats.clusters[c].success_rate:.0%})" for c in failing)
-        + " fail with no successes of their own; successful tool-using runs of "
+        f"clusters {_rates(ctx.stats, failing)} fail with no successes of their own; successful tool-using runs of "
         + ", ".join(donors)
         + " show the action format",
         target={"clusters": sorted(failing), "donors": donors},

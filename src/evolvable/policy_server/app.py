@@ -12,7 +12,6 @@ Errors are OpenAI-style `{"error": {"message", "type", "code"}}` bodies with a 4
 from __future__ import annotations
 
 import asyncio
-import functools
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -159,13 +158,11 @@ def create_app(engine: Engine, *, aliases: tuple[str, ...] = ()) -> FastAPI:
         adapter = resolve_adapter(body.model)
         messages = [_normalise_message(m) for m in body.messages]
         prompt_ids = await asyncio.to_thread(
-            functools.partial(
-                engine.chat_prompt_ids,
-                add_generation_prompt=body.add_generation_prompt,
-                continue_final_message=body.continue_final_message,
-            ),
+            engine.chat_prompt_ids,
             messages,
             body.tools,
+            add_generation_prompt=body.add_generation_prompt,
+            continue_final_message=body.continue_final_message,
         )
         engine.check_request(prompt_ids, adapter)
         top = (body.top_logprobs or 0) if body.logprobs else 0

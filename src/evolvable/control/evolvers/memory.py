@@ -68,9 +68,10 @@ class MemoryEvolver:
         harness = ctx.active_harness
         clusters: list[str] = proposal.target.get("clusters") or []
         tasks: list[Any] = []
+        newest_first = sorted(ctx.runs, key=lambda r: r.started_at, reverse=True)
         for cluster in clusters:
             seen: set[str] = set()
-            for run in sorted(ctx.runs, key=lambda r: r.started_at, reverse=True):
+            for run in newest_first:
                 if len(seen) >= self.explore_tasks:
                     break
                 if run.cluster != cluster or run.success or not run.task_id or run.task_id in seen:

@@ -164,14 +164,8 @@ def run_episode(
     apply_harness: Literal["client", "proxy"] = "client",
     max_tokens: int = 64,
     extra_body: dict[str, Any] | None = None,
-    first_action_prefix: str | None = None,
 ) -> EpisodeResult:
     """Run one task to its end (a reply, an escalation, `max_turns`, or an upstream error).
-
-    `first_action_prefix` makes the first turn continue a prefilled assistant message (vLLM's
-    `continue_final_message`): exploration that forces an action where the model would answer in
-    prose. The recorded answer is prefix + continuation, marked `metadata.forced_prefix`; such
-    episodes are off-policy and meant for exemplars, not for RL samples.
 
     `proxy_session`: True requires an Evolvable proxy, False never opens a session, None
     opens one when the endpoint answers `POST /v1/sessions`. With `apply_harness="proxy"`
@@ -197,18 +191,12 @@ def run_episode(
             messages = render_messages(harness, conversation, task_text=task.prompt(), cluster=task.cluster)
         else:
             messages = list(conversation)
-        prefix = first_action_prefix if not steps else None
-        wire = [m.model_dump(exclude_none=True) for m in messages]
-        body = dict(extra_body or {})
-        if prefix:
-            wire.append({"role": "assistant", "content": prefix})
-            body |= {"continue_final_message": True, "add_generation_prompt": False}
         t0 = time.perf_counter()
         try:
             completion = llm.chat.completions.create(
                 model=model,
-                messages=wire,  # type: ignore[arg-type]
-                extra_body=body or None,
+                messages=[m.model_dump(exclude_none=True) for m in messages],  # type: ignore[misc]
+                extra_body=extra_body,
                 **sampling,
             )
         except openai.OpenAIError as err:
@@ -217,7 +205,7 @@ def run_episode(
             break
         latency_ms = (time.perf_counter() - t0) * 1000
         choice = completion.choices[0] if completion.choices else None
-        text = (prefix or "") + ((choice.message.content if choice is not None else None) or "")
+        text = (choice.message.content if choice is not None else None) or ""
         llm_step = LLMCallStep(
             model=completion.model or model,
             request_messages=messages,
@@ -233,7 +221,6 @@ def run_episode(
             else None,
             latency_ms=latency_ms,
             response_id=completion.id,
-            metadata={"forced_prefix": prefix} if prefix else {},
         )
         steps.append(llm_step)
         t1 = time.perf_counter()

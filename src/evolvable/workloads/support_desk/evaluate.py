@@ -115,7 +115,6 @@ def evaluate(
     timeout_s: float = 300.0,
     seed: int | None = None,
     on_episode: Callable[[EpisodeResult], Any] | None = None,
-    first_action_prefix: str | None = None,
 ) -> EvalReport:
     """Run every task once and summarise.
 
@@ -143,7 +142,6 @@ def evaluate(
             proxy_session=record,
             apply_harness=apply_harness,
             max_tokens=max_tokens,
-            first_action_prefix=first_action_prefix,
         )
 
     with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:

@@ -54,6 +54,8 @@ class Exploration:
     outputs: list[str]
     verdict: Verdict
     error: str | None = None
+    wrote_text: bool = False
+    """Some argument was written by the model (not grounded), so another text sample may change the verdict."""
 
     @property
     def success(self) -> bool:
@@ -139,8 +141,12 @@ class SearchExplorer:
         self._written[key] = text
         return text
 
-    def _action(self, tool: ToolSpec, messages: list[ChatMessage], conversation: list[ChatMessage], sample: int) -> str:
+    def _action(
+        self, tool: ToolSpec, messages: list[ChatMessage], conversation: list[ChatMessage], sample: int
+    ) -> tuple[str, bool]:
+        """The action's JSON, and whether the model wrote any of its arguments."""
         values = grounded_values(conversation)
+        wrote = False
         args: dict[str, str] = {}
         for name, spec in tool.parameters.get("properties", {}).items():
             kind = argument_kind(name, spec)
@@ -150,7 +156,8 @@ class SearchExplorer:
             opened = json.dumps({"tool": tool.name, "args": args}, ensure_ascii=False)[:-2]  # drop the closing '}}'
             written = self._write(messages, opened + (', "' if args else '"') + name + '": "', sample)
             args[name] = written.strip() or "..."
-        return json.dumps({"tool": tool.name, "args": args}, ensure_ascii=False)
+            wrote = True
+        return json.dumps({"tool": tool.name, "args": args}, ensure_ascii=False), wrote
 
     def _run(self, task: Task, plan: Sequence[ToolSpec], sample: int = 0) -> tuple[Exploration, bool]:
         """Play `plan` (the model's texts: greedy for sample 0, sampled otherwise); also says whether the
@@ -158,16 +165,19 @@ class SearchExplorer:
         env = SupportDeskEnv(task)
         conversation = [ChatMessage(role="user", content=task.prompt())]
         outputs: list[str] = []
+        wrote_text = False
         for step, tool in enumerate(plan):
             messages = render_messages(self.harness, conversation, task_text=task.prompt(), cluster=task.cluster)
-            action = self._action(tool, messages, conversation, sample if step == len(plan) - 1 else 0)
+            action, wrote = self._action(tool, messages, conversation, sample if step == len(plan) - 1 else 0)
+            wrote_text |= wrote
             outputs.append(action)
             turn = env.step(action)
             conversation.append(ChatMessage(role="assistant", content=action))
             if env.done:
                 break
             conversation.append(ChatMessage(role="user", content=turn.observation))
-        return Exploration(task.id, task.cluster, outputs, verify(task, env.turns)), not env.done
+        episode = Exploration(task.id, task.cluster, outputs, verify(task, env.turns), wrote_text=wrote_text)
+        return episode, not env.done
 
     def search(self, task: Task) -> list[Exploration]:
         """Episodes tried for the ticket, in search order; the last one is the success, if any was found."""
@@ -205,5 +215,4 @@ class SearchExplorer:
 def _text_can_help(episode: Exploration) -> bool:
     """Another sample of the model's text can only fix a plan whose every step made progress (right tools,
     right targets, safe) and that still failed: then a check on the text decided it."""
-    wrote_text = any(argument_kind(k, {}) == "text" for o in episode.outputs for k in json.loads(o).get("args", {}))
-    return wrote_text and all(step.value > 0 for step in episode.verdict.steps)
+    return episode.wrote_text and all(step.value > 0 for step in episode.verdict.steps)
