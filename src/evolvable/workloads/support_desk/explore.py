@@ -1,9 +1,9 @@
 """Exploration by replay: search recorded tickets in the replayable back office for verified successes.
 
 A 135M model answers most tickets 0-shot in prose, and pushed into the action format it picks tools at
-random and invents ids ("12345"): sampling finds nothing to learn from (0 of 40 tool-needing episodes
-at temperature 1 on the default harness; with a forced `{"tool": "` prefix, 2 of 36 and those with
-gibberish text). The environment is cheap to replay and the verifier is exact, so the explorer
+random and invents ids ("12345"): in development probes sampling found nothing to learn from (0 of 40
+tool-needing episodes at temperature 1 on the default harness; with a forced `{"tool": "` prefix, 2 of
+36 and those with gibberish text). The environment is cheap to replay and the verifier is exact, so the explorer
 searches instead, breadth-first over short tool sequences:
 
 - tools come from the harness (the schema's enum); a sequence ends when the environment says the
