@@ -123,3 +123,103 @@ def test_luhn_and_card_checks_match_the_textbook_rule() -> None:
         assert v.card_ok(separated) == v.card_ok(digits)
     assert v.card_ok("4111 1111 1111 1111") and not v.card_ok("4111 1111 1111 1112")
     assert not v.card_ok("4444444444444444")  # one repeated digit
+
+
+def test_digits_of_keeps_what_isdigit_accepts() -> None:
+    rng = random.Random(8)
+    for text in _texts(rng, [*"0123456789", *" .()+-", "x", "\u0663", "\u00b2", "\u00e9", "\U0001d7d8"], 4000):
+        assert v.digits_of(text) == "".join(filter(str.isdigit, text)), text
+
+
+def test_card_digits_and_ipv4_octets_agree_with_the_general_checks() -> None:
+    rng = random.Random(9)
+    for _ in range(4000):
+        digits = "".join(rng.choice("0123456789") for _ in range(rng.randint(1, 21)))
+        digits = rng.choice(["4", "5", "34", "37", "6011", "62", "2221", ""]) + digits
+        assert v.card_digits_ok(digits) == v.card_ok(digits), digits
+    octets = ["0", "00", "01", "9", "10", "199", "249", "255", "256", "999"]
+    for _ in range(3000):
+        text = ".".join(rng.choice(octets) for _ in range(4))
+        m = v.IPV4_OCTETS.fullmatch(text)
+        reference = _reference_ip(text)
+        assert (None if m is None else v.ipv4_octets_value(m)) == (None if reference is None else reference[1]), text
+        assert v.ipv4_value(text) == (None if reference is None else reference[1]), text
+
+
+def test_hint_starts_are_every_hint_word_position() -> None:
+    rng = random.Random(10)
+    pieces = [*r._HINT_WORDS, "pwd", "passecret", "tokey", "a", " ", "_", "\u00e9", "\U0001f600", "\ud800", "\u0130"]
+    for text in _texts(rng, pieces, 4000):
+        expected = sorted(i for word in r._HINT_WORDS for i in range(len(text)) if text.startswith(word, i))
+        assert r._hint_starts(text) == expected, text
+        assert r._hint_starts_slow(text) == expected, text
+
+
+def _reference_number_find(self: r.NumberRecognizer, text: str, lowered: str) -> list[r.Finding]:
+    """`NumberRecognizer.find` as it was before the digit count came from the separator shape and an IPv4 run
+    was parsed by one octet regex (kept here to compare against)."""
+    out: list[r.Finding] = []
+    n = len(text)
+    ascii_text = text.isascii()
+    for run_start, run_end in r.number_runs(text):
+        run = text[run_start:run_end]
+        size = run_end - run_start
+        plus = "+" in run
+        dots = run.count(".")
+        digits = size if run.isdigit() else -1
+        if not plus and dots < 3:
+            if size < 10:
+                continue
+            if digits < 0:
+                digits = len("".join(filter(str.isdigit, run)))
+            if digits < 9:
+                continue
+        elif digits < 0:
+            digits = len("".join(filter(str.isdigit, run)))
+        end = run_end + 2 if run_end + 2 < n else n
+        dashes = run.count("-")
+        if plus:
+            self.intl_phone.scan(text, lowered, run_start, end, out)
+        shape = None
+        if digits >= 9 and digits != size and ascii_text and self._shape_shortcuts:
+            shape = run.encode("ascii").translate(r._DIGITS_SEPARATORS)
+        if digits >= 10:
+            if digits != size and (shape is None or b"000-0000" in shape):
+                self.us_phone.scan(text, lowered, run_start, end, out)
+            if digits <= 16 and (digits == size or run[1:].isdigit()):
+                self._bare_phone(text, lowered, run_start, run_end, out)
+            if digits >= 13:
+                if digits == size <= 19 and ascii_text and self._card_shortcut and r._free_right(text, run_end, end):
+                    if r.free_left(text, run_start) and v.card_ok(run):
+                        out.append(r.Finding(run_start, run_end, self.card.kind, self.card.priority))
+                else:
+                    self.card.scan(text, lowered, run_start, end, out)
+        if digits >= 9 and dashes >= 2 and (shape is None or b"000-00-0000" in shape):
+            self.ssn.scan(text, lowered, run_start, end, out)
+        if dots >= 3:
+            if dots == 3 and ascii_text and self._ipv4_shortcut and r._DOTTED_QUAD.fullmatch(run):
+                value = _reference_ip(run)
+                if value is not None and v.public_ipv4_value(value[1]) and r._not_a_version(text, run_start):
+                    out.append(r.Finding(run_start, run_end, self.ipv4.kind, self.ipv4.priority))
+            else:
+                self.ipv4.scan(text, lowered, run_start, end, out)
+    return out
+
+
+def test_number_recognizer_finds_what_its_previous_loop_found() -> None:
+    numbers = next(x for x in r.pii_recognizers() if isinstance(x, r.NumberRecognizer))
+    rng = random.Random(13)
+    pieces = [
+        *"0123456789", *" .()+-", "x", "_", "/", "\n", "\u0663", "\u00e9", "call ", "phone: ", "v", "version ",
+        "4111111111111111", "4111 1111 1111 1111", "3782-822463-10005", "(415) 555-0123", "1-800-555-0199",
+        "+44 20 7946 0958", "4155550123", "123-45-6789", "34.201.12.9", "192.168.1.1", "1.2.3.4.5", "256.1.1.1",
+        "01.2.3.4", "2026-01-11", "978-4-24-324692-0", "415.555.0123", "415 555 0123", "(415)555-0123",
+        "1 (415) 555-0123", "(415)-555-0123", "4155-555-0123", "(41) 555-0123", "555-0123",
+    ]  # fmt: skip
+    found = 0
+    for text in _texts(rng, pieces, 6000, most=16):
+        lowered = text.lower()
+        expected = _reference_number_find(numbers, text, lowered)
+        assert numbers.find(text, lowered) == expected, text
+        found += len(expected)
+    assert found > 1000

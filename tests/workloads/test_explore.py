@@ -117,3 +117,26 @@ def test_a_configured_writer_model_writes_the_explorers_text() -> None:
         report = runner.explore(default_harness(), None, [ORDER_STATUS])
         models = {r["model"] for r in writer.chat_requests}
     assert report.per_cluster["order_status"]["solved"] == 1 and models == {"strong"}
+
+
+REFUND = next(t for t in generate_tasks("train", 40, seed=3) if t.intent == "refund_in_policy")
+
+
+def test_a_success_that_skips_an_optional_check_does_not_end_the_search() -> None:
+    """Refunding without looking the order up first verifies (reward 0.8), but the agent would copy the
+    shortcut: the search goes on to the complete process and puts that success last."""
+    with MockOpenAI(careful_writer) as mock:
+        import openai
+
+        client = openai.OpenAI(base_url=mock.base_url, api_key="k", max_retries=0)
+        tried = SearchExplorer(client, "m", default_harness(), max_turns=3, max_episodes=40).search(REFUND)
+        short = SearchExplorer(client, "m", default_harness(), max_turns=3, max_episodes=6).search(REFUND)
+    shortcut = [e for e in tried if e.success and e.verdict.reward < 1.0]
+    assert shortcut, "the shortcut was found first and kept searching"
+    assert [json.loads(o)["tool"] for o in shortcut[0].outputs] == ["issue_refund", "reply_to_customer"]
+    assert tried[-1].success and tried[-1].verdict.reward == 1.0
+    assert [json.loads(o)["tool"] for o in tried[-1].outputs] == ["lookup_order", "issue_refund", "reply_to_customer"]
+    # a budget too small for the complete process still returns the best success found, last
+    assert short[-1].success and short[-1].verdict.reward < 1.0 and len(short) <= 6
+    # open plans with a step that made no progress (a second lookup, a wrong tool) are never extended
+    assert not any(json.loads(e.outputs[0])["tool"] == "reset_password" and len(e.outputs) > 1 for e in tried)

@@ -17,6 +17,9 @@ def policy_server(
     logprobs_mode: str = typer.Option(
         "raw", "--logprobs-mode", help="raw: model logprobs at temperature 1 (default); processed: as sampled."
     ),
+    prefix_cache_mb: int = typer.Option(
+        512, "--prefix-cache-mb", min=0, help="Memory for reusing the KV states of repeated prompt prefixes (0: off)."
+    ),
     lora: list[str] = typer.Option(
         [], "--lora", help="Preload a LoRA adapter as NAME=PATH (repeatable); select it with model=NAME."
     ),
@@ -47,7 +50,14 @@ def policy_server(
         adapters.append((name, path))
     with console.status(f"loading {model} (the first run converts the GGUF weights, ~30 s)"):
         base, tokenizer = load_base_model(model)
-    engine = Engine(base, tokenizer, model_name=model, max_batch=max_batch, logprobs_mode=logprobs_mode)  # type: ignore[arg-type]
+    engine = Engine(
+        base,
+        tokenizer,
+        model_name=model,
+        max_batch=max_batch,
+        logprobs_mode=logprobs_mode,  # type: ignore[arg-type]
+        prefix_cache_mb=prefix_cache_mb,
+    )
     for name, path in adapters:
         engine.load_adapter(name, path)
     console.print(f"serving [bold]{model}[/] on http://{host}:{port}/v1 (max batch {max_batch})")

@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from evolvable.errors import EvolvableError
 from evolvable.policy_server.detokenize import TokenText, find_stop, safe_text_end
+from evolvable.policy_server.prefix_cache import PrefixCache
 from evolvable.policy_server.sampling import SamplingParams, sample_token
 
 __all__ = ["AdapterError", "Engine", "EngineStats", "GenerationResult", "RequestError", "StepUpdate"]
@@ -88,6 +89,10 @@ class EngineStats:
     requests_cancelled: int = 0
     """Requests whose caller went away (a closed stream) before they finished."""
     generated_tokens: int = 0
+    prefix_cache_hits: int = 0
+    """Prefills that started from cached states of an earlier prompt's beginning."""
+    prefix_cached_tokens: int = 0
+    """Prompt tokens those prefills did not have to compute (`prefill_tokens` counts only computed ones)."""
 
 
 @dataclass
@@ -120,9 +125,11 @@ class Engine:
         max_batch: int = 16,
         default_max_tokens: int = 1024,
         logprobs_mode: Literal["raw", "processed"] = "raw",
+        prefix_cache_mb: int = 512,
     ) -> None:
         """`logprobs_mode`: "raw" reports log-probabilities of the unmodified model distribution (temperature 1,
-        no top-p; what a trainer recomputes), "processed" those of the distribution each token was drawn from."""
+        no top-p; what a trainer recomputes), "processed" those of the distribution each token was drawn from.
+        `prefix_cache_mb`: memory for automatic prefix caching (see `prefix_cache`); 0 turns it off."""
         if logprobs_mode not in ("raw", "processed"):
             raise ValueError(f"logprobs_mode must be 'raw' or 'processed', not {logprobs_mode!r}")
         self.logprobs_mode = logprobs_mode
@@ -136,6 +143,7 @@ class Engine:
         self._peft: Any = None
         self._adapters: dict[str, str] = {}
         self._eos_ids = self._collect_eos_ids(model, tokenizer)
+        self._prefix_cache = PrefixCache(prefix_cache_mb << 20) if prefix_cache_mb > 0 else None
         self.token_text = TokenText(tokenizer)
         self._waiting: queue.SimpleQueue[_Sequence] = queue.SimpleQueue()
         self._commands: list[tuple[Callable[[], Any], concurrent.futures.Future[Any], str | None]] = []
@@ -257,6 +265,7 @@ class Engine:
             raise AdapterError(f"cannot load the adapter at {path!r} onto {self.model_name}: {err}") from err
         self._peft.eval()
         self._adapters[name] = str(path)
+        self._forget_prefixes(name)
 
     def _unload_adapter_now(self, name: str) -> None:
         if name not in self._adapters:
@@ -268,6 +277,11 @@ class Engine:
             self._peft.set_adapter(next(n for n in self._adapters if n != name))  # rows pick adapters per call
             self._peft.delete_adapter(name)
         del self._adapters[name]
+        self._forget_prefixes(name)
+
+    def _forget_prefixes(self, adapter: str) -> None:
+        if self._prefix_cache is not None:
+            self._prefix_cache.drop_scope(adapter)
 
     # ----------------------------------------------------------------- submitting
     def check_request(self, prompt_token_ids: list[int], adapter: str | None = None) -> None:
@@ -420,19 +434,29 @@ class Engine:
 
     @torch.inference_mode()
     def _prefill(self, sequence: _Sequence) -> None:
-        ids = torch.tensor([sequence.prompt_token_ids], dtype=torch.long)
+        prompt = sequence.prompt_token_ids
+        cached = self._prefix_cache.lookup(prompt, sequence.adapter) if self._prefix_cache is not None else None
+        start = cached.length if cached is not None else 0
+        ids = torch.tensor([prompt[start:]], dtype=torch.long)
         output = self._forward_model()(
             input_ids=ids,
-            attention_mask=torch.ones_like(ids),
-            position_ids=torch.arange(ids.shape[1]).unsqueeze(0),
+            attention_mask=torch.ones((1, len(prompt)), dtype=torch.long),
+            position_ids=torch.arange(start, len(prompt)).unsqueeze(0),
+            past_key_values=DynamicCache(cached.layers) if cached is not None else None,
             use_cache=True,
             logits_to_keep=1,
             **self._adapter_kwargs([sequence]),
         )
         self.stats.prefill_calls += 1
         self.stats.prefill_tokens += ids.shape[1]
-        sequence.next_position = ids.shape[1]
-        self._merge(sequence, output.past_key_values, ids.shape[1])
+        if cached is not None:
+            self.stats.prefix_cache_hits += 1
+            self.stats.prefix_cached_tokens += start
+        cache = output.past_key_values
+        if self._prefix_cache is not None:  # fresh tensors: later steps concatenate, never write in place
+            self._prefix_cache.insert(prompt, sequence.adapter, [(layer.keys, layer.values) for layer in cache.layers])
+        sequence.next_position = len(prompt)
+        self._merge(sequence, cache, len(prompt))
         self._sample_rows([sequence], output.logits[:, -1, :])
 
     def _merge(self, sequence: _Sequence, cache: Any, length: int) -> None:
@@ -546,6 +570,7 @@ class Engine:
         keep = [i for i, s in enumerate(self._running) if s.finish_reason is None]
         if len(keep) == len(self._running):
             return
+        self._cache_finished_rows()
         if not keep:
             self._running, self._cache, self._mask, self._last_tokens = [], None, None, None
             return
@@ -559,6 +584,27 @@ class Engine:
         for layer in self._cache.layers:
             layer.keys = layer.keys[index, :, start:]
             layer.values = layer.values[index, :, start:]
+
+    def _cache_finished_rows(self) -> None:
+        """Keep the states of finished sequences: an agent's next turn starts with this one's tokens."""
+        if self._prefix_cache is None or self._cache is None or self._mask is None:
+            return
+        valid = self._mask.sum(dim=1).tolist()  # rows are left-padded: each row's states are its last columns
+        for row, sequence in enumerate(self._running):
+            if sequence.finish_reason not in ("stop", "length"):
+                continue
+            ids = sequence.prompt_token_ids + sequence.token_ids[:-1]  # the last sampled token was never fed
+            if valid[row] != len(ids):
+                continue
+            width = self._mask.shape[1]
+            layers = [
+                (
+                    layer.keys[row : row + 1, :, width - len(ids) :].clone(),
+                    layer.values[row : row + 1, :, width - len(ids) :].clone(),
+                )
+                for layer in self._cache.layers
+            ]
+            self._prefix_cache.insert(ids, sequence.adapter, layers)
 
     def _fail_running(self, err: Exception) -> None:
         logger.error("generation step failed; failing %d running requests", len(self._running), exc_info=err)

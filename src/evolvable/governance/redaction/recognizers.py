@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol, runtime_checkable
 
+from ahocorasick_rs import AhoCorasick
+
 from evolvable.governance.redaction import validators as v
 
 
@@ -161,53 +163,58 @@ class NumberRecognizer:
         out: list[Finding] = []
         n = len(text)
         ascii_text = text.isascii()
+        shape_shortcuts = self._shape_shortcuts
         for run_start, run_end in number_runs(text):
             run = text[run_start:run_end]
             size = run_end - run_start
             plus = "+" in run
             dots = run.count(".")
-            digits = size if run.isdigit() else -1
-            if not plus and dots < 3:
-                # no international phone, no IPv4 address; a US phone, card or SSN needs nine digits or more
-                if size < 10:
-                    continue
-                if digits < 0:
-                    digits = len(v.digits_of(run))
-                if digits < 9:
-                    continue
-            elif digits < 0:
+            if size < 10 and not plus and dots < 3:
+                continue  # no international phone, no IPv4 address; a US phone, card or SSN needs 9+ digits
+            # in ASCII text, digits as 0 and separators as `-` (one C translate) count the digits, and rule the
+            # default US and SSN patterns out
+            shape = None
+            if run.isdigit():
+                digits = size
+            elif ascii_text:
+                shape = run.encode("ascii").translate(_DIGITS_SEPARATORS)
+                digits = shape.count(48)  # b"0": only digits become one
+                if not shape_shortcuts:
+                    shape = None
+            else:
                 digits = len(v.digits_of(run))
+            if digits < 9 and not plus and dots < 3:
+                continue
             end = run_end + 2 if run_end + 2 < n else n  # +2: let look-aheads see what follows
-            dashes = run.count("-")
             if plus:
                 self.intl_phone.scan(text, lowered, run_start, end, out)
-            shape = None  # in ASCII text, digits as 0 and separators as `-` rule the default US and SSN patterns out
-            if digits >= 9 and digits != size and ascii_text and self._shape_shortcuts:
-                shape = run.encode("ascii").translate(_DIGITS_SEPARATORS)
             if digits >= 10:
-                # a US number has a separator before its last four digits
-                if digits != size and (shape is None or b"000-0000" in shape):
+                # a US number is `ddd-ddd-dddd` or `(ddd)` then `ddd-dddd`, with any of ` .-` for each `-`
+                if digits != size and (shape is None or b"000-000-0000" in shape or b"000)" in shape):
                     self.us_phone.scan(text, lowered, run_start, end, out)
                 if digits <= 16 and (digits == size or run[1:].isdigit()):
                     self._bare_phone(text, lowered, run_start, run_end, out)
                 if digits >= 13:
                     if digits == size <= 19 and ascii_text and self._card_shortcut and _free_right(text, run_end, end):
                         # 13-19 bare digits, nothing glued after them: `_CARD` matches exactly the run
-                        if free_left(text, run_start) and v.card_ok(run):
+                        if free_left(text, run_start) and v.card_digits_ok(run):
                             out.append(Finding(run_start, run_end, self.card.kind, self.card.priority))
                     else:
                         self.card.scan(text, lowered, run_start, end, out)
-            if digits >= 9 and dashes >= 2 and (shape is None or b"000-00-0000" in shape):
+            if digits >= 9 and (shape is None or b"000-00-0000" in shape) and run.count("-") >= 2:
                 self.ssn.scan(text, lowered, run_start, end, out)
             if dots >= 3:
-                if dots == 3 and ascii_text and self._ipv4_shortcut and _DOTTED_QUAD.fullmatch(run):
+                if dots == 3 and ascii_text and self._ipv4_shortcut:
                     # four groups of 1-3 digits, and a run cannot end where an address would go on: `_IPV4`
-                    # matches exactly the run
-                    value = v.ipv4_value(run)
-                    if value is not None and v.public_ipv4_value(value) and _not_a_version(text, run_start):
-                        out.append(Finding(run_start, run_end, self.ipv4.kind, self.ipv4.priority))
-                else:
-                    self.ipv4.scan(text, lowered, run_start, end, out)
+                    # matches exactly the run; it is an address if the groups are octets (a subset of those runs)
+                    octets = v.IPV4_OCTETS.fullmatch(run)
+                    if octets is not None:
+                        if v.public_ipv4_value(v.ipv4_octets_value(octets)) and _not_a_version(text, run_start):
+                            out.append(Finding(run_start, run_end, self.ipv4.kind, self.ipv4.priority))
+                        continue
+                    if _DOTTED_QUAD.fullmatch(run):
+                        continue
+                self.ipv4.scan(text, lowered, run_start, end, out)
         return out
 
     def _bare_phone(self, text: str, lowered: str, start: int, end: int, out: list[Finding]) -> None:
@@ -450,7 +457,7 @@ def number_runs(text: str) -> list[tuple[int, int]]:
 _US_PHONE = re.compile(r"(?:1[ .\-]?)?(?:\(\d{3}\)[ .\-]?|\d{3}[ .\-])\d{3}[ .\-]\d{4}" + _NUM_AFTER)
 _SSN = re.compile(r"\d{3}-\d\d-\d{4}" + _NUM_AFTER)
 # digits become 0 and US-number separators `-`; other bytes keep their value, none of them 0 or `-`. `_US_PHONE`
-# needs `000-0000` in a run so translated, `_SSN` needs `000-00-0000`.
+# needs `000-000-0000` or `000)` in a run so translated, `_SSN` needs `000-00-0000`.
 _DIGITS_SEPARATORS = bytes.maketrans(b"0123456789 .-", b"0" * 10 + b"---")
 _CARD = re.compile(r"\d{4}(?:(?:[ \-]?\d{4}){2}[ \-]?\d{1,7}|[ \-]?\d{6}[ \-]?\d{4,5})" + _NUM_AFTER)
 _IPV4 = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}(?![0-9]|\.\d)")
@@ -787,8 +794,21 @@ def secret_value_ok(kind: str, value: str) -> bool:
 _HINT_WORDS = ("pass", "secret", "token", "credential", "key", "auth", "pw")
 
 
+_HINT_SEARCH = AhoCorasick(list(_HINT_WORDS)).find_matches_as_indexes
+
+
 def _hint_starts(lowered: str) -> list[int]:
-    """Every position where one of the key hint words starts, in order."""
+    """Every position where one of the key hint words starts, in order (one Aho-Corasick pass; the words can
+    overlap, `passecret`, so every occurrence is reported)."""
+    try:
+        found = _HINT_SEARCH(lowered, overlapping=True)
+    except UnicodeEncodeError:  # a lone surrogate has no UTF-8 form
+        return _hint_starts_slow(lowered)
+    return sorted([start for _, start, _ in found]) if len(found) > 1 else [start for _, start, _ in found]
+
+
+def _hint_starts_slow(lowered: str) -> list[int]:
+    """`_hint_starts` by one substring search per word."""
     starts: list[int] = []
     for word in _HINT_WORDS:
         i = lowered.find(word)

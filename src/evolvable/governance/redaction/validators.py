@@ -36,19 +36,24 @@ _KEPT_NETWORKS = [
 ]  # fmt: skip
 
 
-_ASCII_NON_DIGITS = dict.fromkeys(c for c in range(128) if not 48 <= c <= 57)
-_LUHN_SINGLE = {str(d): d for d in range(10)}
-_LUHN_DOUBLED = {str(d): 2 * d - 9 if d > 4 else 2 * d for d in range(10)}
+_NON_DIGIT_BYTES = bytes(b for b in range(256) if not 48 <= b <= 57)
+# a digit's byte -> the byte of the digit its Luhn doubling sums to (2d, or 2d - 9 above 4)
+_LUHN_DOUBLED_BYTES = bytes.maketrans(b"0123456789", b"0246813579")
 
 
 def digits_of(value: str) -> str:
-    """The characters of `value` that `str.isdigit` accepts (a C translate for the usual ASCII text)."""
-    return value.translate(_ASCII_NON_DIGITS) if value.isascii() else "".join(filter(str.isdigit, value))
+    """The characters of `value` that `str.isdigit` accepts (a C bytes translate for the usual ASCII text, about
+    three times cheaper than `str.translate` with a deletion table)."""
+    if value.isascii():
+        return value.encode("ascii").translate(None, _NON_DIGIT_BYTES).decode("ascii")
+    return "".join(filter(str.isdigit, value))
 
 
 def luhn_ok(digits: str) -> bool:
     if digits.isascii() and digits.isdigit():
-        total = sum(map(_LUHN_SINGLE.__getitem__, digits[-1::-2])) + sum(map(_LUHN_DOUBLED.__getitem__, digits[-2::-2]))
+        # the digits' byte sums: each byte is 48 more than its digit
+        raw = digits.encode("ascii")
+        total = sum(raw[-1::-2]) + sum(raw[-2::-2].translate(_LUHN_DOUBLED_BYTES)) - 48 * len(raw)
         return total % 10 == 0
     total = 0
     for i, ch in enumerate(reversed(digits)):
@@ -67,7 +72,11 @@ _MAESTRO_PREFIXES = ("5018", "5020", "5038", "6304", "6759", "6761", "6763", "62
 
 def card_ok(number: str) -> bool:
     """13-19 digits, a known issuer prefix, and a valid Luhn checksum."""
-    digits = digits_of(number)
+    return card_digits_ok(digits_of(number))
+
+
+def card_digits_ok(digits: str) -> bool:
+    """`card_ok` for a string of digits only."""
     n = len(digits)
     if not 13 <= n <= 19 or digits.count(digits[0]) == n:  # one digit repeated is no card
         return False
@@ -133,11 +142,14 @@ def _kept(value: int, version: int) -> bool:
 
 def ipv4_value(dotted: str) -> int | None:
     """The integer of an ASCII dotted quad of octets 0-255 without leading zeros, else None."""
-    octets = _IPV4_OCTETS.fullmatch(dotted)
-    if octets is None:
-        return None
-    a, b, c, d = map(int, octets.groups())
-    return ((a * 256 + b) * 256 + c) * 256 + d
+    octets = IPV4_OCTETS.fullmatch(dotted)
+    return None if octets is None else ipv4_octets_value(octets)
+
+
+def ipv4_octets_value(octets: re.Match[str]) -> int:
+    """The integer of an `IPV4_OCTETS` match."""
+    a, b, c, d = octets.groups()
+    return int(a) << 24 | int(b) << 16 | int(c) << 8 | int(d)
 
 
 def public_ipv4_value(value: int) -> bool:
@@ -159,7 +171,7 @@ def public_ip(candidate: str) -> bool:
 
 
 _OCTET = r"(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
-_IPV4_OCTETS = re.compile(rf"{_OCTET}\.{_OCTET}\.{_OCTET}\.{_OCTET}")
+IPV4_OCTETS = re.compile(rf"{_OCTET}\.{_OCTET}\.{_OCTET}\.{_OCTET}")
 
 
 def _ipv4_int(candidate: str) -> int | None:

@@ -15,7 +15,9 @@ searches instead, breadth-first over short tool sequences:
   greedily first, then up to `text_samples - 1` sampled rewrites of the last turn's text when the
   plan failed on a check the text decides (a reply that does not mention the order's status).
 
-The first verified, safe and clean (every step made progress) success of a ticket ends its search.
+Open plans are extended only while every step makes progress. The first verified, safe and clean
+(every step made progress) success with the full reward ends a ticket's search; a lesser success (an
+optional check skipped) is kept as the fallback while the search goes on within its budget.
 Successes become memory exemplars that teach the unconstrained agent; whether they do is measured
 by the replay gate on held-out tickets the explorer never saw.
 """
@@ -180,36 +182,58 @@ class SearchExplorer:
         return episode, not env.done
 
     def search(self, task: Task) -> list[Exploration]:
-        """Episodes tried for the ticket, in search order; the last one is the success, if any was found."""
+        """Episodes tried for the ticket, in search order, except that the best success (if any was found)
+        is moved last. A success with the full reward ends the search at once; one that skipped an optional
+        check (a refund without looking the order up first) is kept while the search goes on for a complete
+        one within the budget: the agent copies whatever process the exemplar shows.
+        """
         tried: list[Exploration] = []
+        best: Exploration | None = None
         frontier: list[list[ToolSpec]] = [[]]
         for _depth in range(self.max_turns):
             extended: list[list[ToolSpec]] = []
             for prefix in frontier:
                 for tool in self.harness.tools:
-                    if len(tried) >= self.max_episodes:
-                        return tried
                     plan = [*prefix, tool]
                     for sample in range(self.text_samples):
                         if len(tried) >= self.max_episodes:
-                            return tried
+                            return _best_last(tried, best)
                         try:
                             episode, still_open = self._run(task, plan, sample)
                         except openai.OpenAIError as err:
                             error = f"{type(err).__name__}: {err}"
                             tried.append(Exploration(task.id, task.cluster, [], verify(task, []), error))
-                            return tried
+                            return _best_last(tried, best)
                         if still_open:
-                            if len(plan) < self.max_turns:
+                            # only a plan whose every step made progress is worth extending
+                            if len(plan) < self.max_turns and _progressing(episode):
                                 extended.append(plan)
                             break
                         tried.append(episode)
                         if episode.success:
-                            return tried
+                            if episode.verdict.reward >= _FULL_REWARD:
+                                return tried
+                            if best is None or episode.verdict.reward > best.verdict.reward:
+                                best = episode
+                            break
                         if not _text_can_help(episode):
                             break
             frontier = extended
-        return tried
+        return _best_last(tried, best)
+
+
+_FULL_REWARD = 1.0 - 1e-9
+
+
+def _progressing(episode: Exploration) -> bool:
+    return episode.verdict.safety.passed and all(step.value > 0 for step in episode.verdict.steps)
+
+
+def _best_last(tried: list[Exploration], best: Exploration | None) -> list[Exploration]:
+    if best is not None and tried[-1] is not best:
+        tried.remove(best)
+        tried.append(best)
+    return tried
 
 
 def _text_can_help(episode: Exploration) -> bool:
