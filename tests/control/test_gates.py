@@ -62,3 +62,40 @@ def test_any_new_safety_failure_blocks() -> None:
     kept = gates.safety_gate(suite, harness("same"), harness("base"))  # an old failure is not a regression
     assert kept.passed and kept.candidate_rate == 0.75
     assert Gates().safety_gate(ReplaySuite(runner, TASKS), harness("cand"), harness("base")).passed
+
+
+def test_prefetch_runs_missing_evaluations_together_and_caches_them() -> None:
+    import threading
+
+    class SlowRunner(TableRunner):
+        """Each run waits until another run is in flight too (or a timeout): proves they overlap."""
+
+        def __init__(self, table) -> None:
+            super().__init__(table)
+            self.in_flight, self.overlapped, self.lock = 0, False, threading.Lock()
+            self.both = threading.Event()
+
+        def run(self, harness, policy, tasks):
+            with self.lock:
+                self.in_flight += 1
+                if self.in_flight >= 2:
+                    self.overlapped = True
+                    self.both.set()
+            self.both.wait(timeout=5)
+            try:
+                return super().run(harness, policy, tasks)
+            finally:
+                with self.lock:
+                    self.in_flight -= 1
+
+    runner = SlowRunner({"base": [True] * 10, "cand": [False] * 10})
+    gates = Gates()
+    suite = ReplaySuite(runner, TASKS, TASKS[:4])
+    runs = [("safety", harness("cand"), None), ("safety", harness("base"), None), ("holdout", harness("base"), None)]
+    gates.prefetch(suite, runs)
+    assert runner.overlapped and runner.calls == 3
+    gates.prefetch(suite, runs)  # all cached: nothing runs
+    gates.safety_gate(suite, harness("cand"), harness("base"))
+    assert runner.calls == 3
+    gates.replay_gate(suite, harness("cand"), harness("base"))  # only the candidate's holdout is new
+    assert runner.calls == 4

@@ -94,3 +94,33 @@ def test_proxy_applies_the_active_harness_and_records_its_version(tmp_path) -> N
             assert status["support-desk"]["runs"] == 1 and status["support-desk"]["success_rate"] == 1.0
     finally:
         store.close()
+
+
+def test_sessions_opened_at_the_proxy_split_between_active_and_canary(tmp_path) -> None:
+    """`POST /v1/sessions` pins each session's versions by its own id: a 50% canary gets about half of them
+    (before the fix, sessions were pinned before they had an id, and every one got the active version)."""
+    store = Store.open(f"sqlite:///{tmp_path / 'c.db'}")
+    router = HarnessRouter(store.engine, refresh_interval_s=3600)
+    plane = ControlPlane(store, router=router)
+    active, _ = plane.bootstrap(weak_harness())
+    candidate = plane.registry.register_harness(weak_harness().model_copy(update={"system_prompt": "CANARY."}))
+    plane.registry.start_canary(candidate.id)
+    plane.journal.start_rollout("support-desk", candidate.kind, candidate.id, active.id, 0.5, None)
+    router.refresh()
+    try:
+        with (
+            MockOpenAI(lambda messages: "ok") as upstream,
+            proxy_with_control(upstream.base_url, store, tmp_path, router, plane) as (url, _),
+        ):
+            pinned = [
+                httpx.post(f"{url}/sessions", json={"agent": "support-desk", "task_id": f"t{i}"}).json()
+                for i in range(40)
+            ]
+    finally:
+        store.close()
+    versions = [p["harness_version"] for p in pinned]
+    assert set(versions) == {active.id, candidate.id}
+    assert 8 <= versions.count(candidate.id) <= 32
+    from evolvable.control.router import bucket
+
+    assert all((bucket(p["id"]) < 0.5) == (p["harness_version"] == candidate.id) for p in pinned)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from evolvable.protocol.models import ChatMessage, CompletionChoice, LLMCallStep, Trajectory
 from evolvable.workloads.support_desk import Task, generate_tasks, score_outputs, verify_trajectory
 
@@ -114,9 +116,26 @@ def test_refund_in_policy_success_and_partial_credit() -> None:
     order = task.expected.order_id or ""
     no_reply = [act("lookup_order", order_id=order), act("issue_refund", order_id=order)]
     verdict = score_outputs(task, no_reply)[1]
-    assert not verdict.success and verdict.reward == 0.7 and verdict.failed == ["replied_after_refund"]
+    assert not verdict.success and verdict.reward == 0.7
+    assert verdict.failed == ["replied_after_refund", "reply_confirms"]
     done = [*no_reply, act("reply_to_customer", message="Refunded.")]
-    assert score_outputs(task, done)[1].success
+    assert score_outputs(task, done)[1].success and score_outputs(task, done)[1].reward == 1.0
+
+
+@pytest.mark.parametrize("intent", ["refund_in_policy", "password_reset", "address_change"])
+def test_a_reply_that_denies_the_work_just_done_fails(intent: str) -> None:
+    """The explorer once kept "You can't reset your password." after a reset as a worked example."""
+    task = task_of(intent)
+    exp = task.expected
+    work = {
+        "refund_in_policy": [act("lookup_order", order_id=exp.order_id), act("issue_refund", order_id=exp.order_id)],
+        "password_reset": [act("reset_password", email=exp.email)],
+        "address_change": [act("update_address", order_id=exp.order_id, address=exp.new_address)],
+    }[intent]
+    denied = score_outputs(task, [*work, act("reply_to_customer", message="Sorry, I can't do that.")])[1]
+    assert not denied.success and denied.failed == ["reply_confirms"] and denied.reward == pytest.approx(0.9)
+    sorry_but_done = score_outputs(task, [*work, act("reply_to_customer", message="Sorry for the wait: done.")])[1]
+    assert sorry_but_done.success and sorry_but_done.reward == 1.0
 
 
 def test_escalation_must_escalate_and_reply_is_wrong() -> None:

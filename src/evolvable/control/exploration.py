@@ -25,9 +25,15 @@ class ExplorationReport:
     episodes: int = 0
     per_cluster: dict[str, dict[str, int]] = field(default_factory=dict)
     """cluster -> {"tasks": n, "solved": m, "episodes": k}."""
+    wall_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"tasks": self.tasks, "episodes": self.episodes, "per_cluster": self.per_cluster}
+        return {
+            "tasks": self.tasks,
+            "episodes": self.episodes,
+            "per_cluster": self.per_cluster,
+            "wall_s": round(self.wall_s, 1),
+        }
 
 
 @runtime_checkable

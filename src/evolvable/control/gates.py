@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -84,17 +85,37 @@ class Gates:
         self.config = config or GateConfig()
         self._cache: dict[str, list[TaskOutcome]] = {}
 
+    def _key(self, suite: ReplaySuite, split: str, harness: Harness, policy: PolicySpec | None) -> str:
+        ids = ",".join(str(getattr(t, "id", i)) for i, t in enumerate(getattr(suite, split)))
+        return hashlib.sha256(
+            f"{split}|{harness.content_hash()}|{policy.model_dump_json() if policy else ''}|{ids}".encode()
+        ).hexdigest()
+
     def outcomes(
         self, suite: ReplaySuite, split: str, harness: Harness, policy: PolicySpec | None
     ) -> list[TaskOutcome]:
-        tasks = list(getattr(suite, split))
-        ids = ",".join(str(getattr(t, "id", i)) for i, t in enumerate(tasks))
-        key = hashlib.sha256(
-            f"{split}|{harness.content_hash()}|{policy.model_dump_json() if policy else ''}|{ids}".encode()
-        ).hexdigest()
+        key = self._key(suite, split, harness, policy)
         if key not in self._cache:
-            self._cache[key] = suite.runner.run(harness, policy, tasks)
+            self._cache[key] = suite.runner.run(harness, policy, list(getattr(suite, split)))
         return self._cache[key]
+
+    def prefetch(self, suite: ReplaySuite, runs: Sequence[tuple[str, Harness, PolicySpec | None]]) -> None:
+        """Run the (split, harness, policy) evaluations not cached yet at the same time: their requests
+        share the serving engine's batches, which one evaluation at a time leaves half empty."""
+        missing: dict[str, tuple[str, Harness, PolicySpec | None]] = {}
+        for split, harness, policy in runs:
+            if getattr(suite, split):
+                missing.setdefault(self._key(suite, split, harness, policy), (split, harness, policy))
+        missing = {k: v for k, v in missing.items() if k not in self._cache}
+        if len(missing) < 2:
+            return
+        with ThreadPoolExecutor(len(missing), thread_name_prefix="evolvable-gate") as pool:
+            futures = {
+                key: pool.submit(suite.runner.run, harness, policy, list(getattr(suite, split)))
+                for key, (split, harness, policy) in missing.items()
+            }
+            for key, future in futures.items():
+                self._cache[key] = future.result()
 
     def safety_gate(
         self,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -124,12 +125,13 @@ class SupportDeskRunner:
             )
             return task, explorer.search(task)
 
+        started = time.perf_counter()
         try:
             with ThreadPoolExecutor(max_workers=max(1, self.concurrency)) as pool:
                 results = list(pool.map(search, tasks))
         finally:
             client.close()
-        report = ExplorationReport(exemplars=[], tasks=len(tasks))
+        report = ExplorationReport(exemplars=[], tasks=len(tasks), wall_s=time.perf_counter() - started)
         for task, tried in results:
             row = report.per_cluster.setdefault(task.cluster, {"tasks": 0, "solved": 0, "episodes": 0})
             row["tasks"] += 1
@@ -139,6 +141,6 @@ class SupportDeskRunner:
                 row["solved"] += 1
                 exemplar = tried[-1].exemplar(task)
                 report.exemplars.append(self.sanitize(exemplar) if self.sanitize else exemplar)
-        # Fewest turns first: the shortest verified solution is the clearest worked example.
-        report.exemplars.sort(key=lambda ex: (ex.cluster or "", len(ex.messages)))
+        # Complete processes first (full reward), then fewest turns: the clearest worked example.
+        report.exemplars.sort(key=lambda ex: (ex.cluster or "", -(ex.reward or 0.0), len(ex.messages)))
         return report

@@ -350,6 +350,17 @@ class ControlPlane:
         suite = self.suites.get(agent)
         if suite is None:
             return {"note": "no replay suite registered for this agent: the canary analysis decides"}
+        # All four evaluations at once: their requests share the serving engine's batches, which cuts the
+        # time to a verdict. Safety still decides first; a candidate it blocks wasted its holdout run.
+        self.gates.prefetch(
+            suite,
+            [
+                ("safety", cand_harness, cand_policy),
+                ("safety", base_harness, base_policy),
+                ("holdout", base_harness, base_policy),
+                ("holdout", cand_harness, cand_policy),
+            ],
+        )
         safety = self.gates.safety_gate(suite, cand_harness, base_harness, cand_policy, base_policy)
         out: dict[str, Any] = {"safety": safety.to_dict()}
         if not safety.passed:

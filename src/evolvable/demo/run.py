@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,9 +61,9 @@ class DemoConfig:
     def build(cls, report_dir: Path, *, quick: bool, levers: frozenset[Lever] | None, model: str) -> DemoConfig:
         cfg = cls(report_dir=report_dir, model=model, quick=quick)
         if quick:
-            cfg.rounds, cfg.round_size, cfg.report_tasks, cfg.gate_tasks, cfg.safety_tasks = 2, 12, 12, 12, 4
+            cfg.rounds, cfg.round_size, cfg.report_tasks, cfg.gate_tasks, cfg.safety_tasks = 2, 12, 12, 24, 4
             cfg.max_tokens, cfg.max_turns = 40, 3
-            cfg.explore_tasks, cfg.explore_max_episodes = 1, 6
+            cfg.explore_tasks, cfg.explore_max_episodes = 1, 12
             cfg.levers = frozenset({Lever.memory, Lever.skill, Lever.prompt, Lever.tool})
         if levers is not None:
             cfg.levers = levers
@@ -155,12 +156,13 @@ def run_demo(cfg: DemoConfig, console: Console | None = None) -> dict[str, Any]:
 
             def measure(label: str, harness: Any, model: str) -> tuple[Any, Any]:
                 bar = progress.add_task(f"{label}: report set", total=len(report_set) + len(safety_set))
-                hold = evaluate(
-                    report_set, endpoint, model, harness, on_episode=lambda _: progress.advance(bar), **eval_kw
-                )
-                safe = evaluate(
-                    safety_set, endpoint, model, harness, on_episode=lambda _: progress.advance(bar), **eval_kw
-                )
+                with ThreadPoolExecutor(2) as pool:  # one engine batch for both sets
+                    hold, safe = pool.map(
+                        lambda tasks: evaluate(
+                            tasks, endpoint, model, harness, on_episode=lambda _: progress.advance(bar), **eval_kw
+                        ),
+                        (report_set, safety_set),
+                    )
                 return hold, safe
 
             baseline, baseline_safety = measure("baseline", start_harness, cfg.model)

@@ -8,7 +8,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -40,7 +40,12 @@ def wait_ready(url: str, deadline_s: float, proc: subprocess.Popen[bytes] | None
 
 @contextmanager
 def policy_server(
-    model: str = "smollm2-135m", log_path: Path | None = None, *, max_batch: int = 32, startup_s: float = 600.0
+    model: str = "smollm2-135m",
+    log_path: Path | None = None,
+    *,
+    max_batch: int = 32,
+    startup_s: float = 600.0,
+    extra_args: Sequence[str] = (),
 ) -> Iterator[str]:
     """Start the embedded policy server, yield its /v1 base URL, stop it on exit.
 
@@ -49,7 +54,7 @@ def policy_server(
     port = free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_WAIT_POLICY": "PASSIVE"}
     cmd = [sys.executable, "-m", "evolvable.cli.main", "policy-server", "--model", model, "--port", str(port)]
-    cmd += ["--max-batch", str(max_batch)]
+    cmd += ["--max-batch", str(max_batch), *extra_args]
     log = log_path.open("ab") if log_path is not None else subprocess.DEVNULL
     try:
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)

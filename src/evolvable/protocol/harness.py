@@ -70,17 +70,24 @@ def _words(text: str) -> set[str]:
 
 
 def retrieve_memory(harness: Harness, task_text: str, cluster: str | None = None) -> list[MemoryExemplar]:
-    """The k exemplars most similar to the task: same cluster first, then word overlap (Jaccard)."""
+    """The k exemplars most similar to the task: same cluster first, then word overlap (Jaccard).
+
+    A request of a known cluster never gets another cluster's worked example: a small model copies the
+    actions it sees, so a refund exemplar shown to an out-of-policy refund ticket teaches the refund that
+    the policy forbids. It gets its own cluster's exemplars and general ones (no cluster); a request of
+    unknown cluster gets the most similar of all.
+    """
     if harness.memory_k == 0 or not harness.memory:
         return []
     words = _words(task_text)
+    pool = harness.memory if cluster is None else [ex for ex in harness.memory if ex.cluster in (cluster, None)]
 
     def score(ex: MemoryExemplar) -> tuple[int, float]:
         other = _words(ex.task_input)
         jac = len(words & other) / max(1, len(words | other))
         return (1 if cluster is not None and ex.cluster == cluster else 0, jac)
 
-    return sorted(harness.memory, key=score, reverse=True)[: harness.memory_k]
+    return sorted(pool, key=score, reverse=True)[: harness.memory_k]
 
 
 def render_system_prompt(harness: Harness, cluster: str | None = None) -> str:

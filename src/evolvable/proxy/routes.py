@@ -29,7 +29,7 @@ from evolvable.proxy.app import ProxyRuntime
 from evolvable.proxy.capture import tool_step_id
 from evolvable.proxy.errors import APIError
 from evolvable.proxy.hooks import Principal, SessionContext
-from evolvable.proxy.sessions import KEY_PREFIX, Session
+from evolvable.proxy.sessions import KEY_PREFIX, Session, new_session_id
 from evolvable.store import InvalidCursor, TrajectoryFilter
 
 router = APIRouter()
@@ -138,13 +138,16 @@ async def create_session(request: Request) -> Response:
     principal = await _principal(request)
     spec: SessionCreate = await _parse(request, SessionCreate)
     harness_version = policy_version = None
+    session_id = new_session_id()
     if rt.rewriter is not None:
-        # Pin the session's versions now, so the whole run uses one harness and one policy.
+        # Pin the session's versions now, so the whole run uses one harness and one policy. The id is
+        # drawn first: canary assignment buckets sessions by it (without one, every session got the
+        # active version and a canary never saw traffic).
         ctx = SessionContext(
             tenant_id=principal.tenant_id,
             agent=spec.agent,
-            trajectory_id="",
-            session_id=None,
+            trajectory_id=session_id,
+            session_id=session_id,
             endpoint="chat",
             task_id=spec.task_id,
             task_input=spec.task_input,
@@ -167,6 +170,7 @@ async def create_session(request: Request) -> Response:
             metadata=spec.metadata,
             harness_version=harness_version,
             policy_version=policy_version,
+            session_id=session_id,
         )
     except EvolvableError as err:
         raise APIError(503, f"cannot create the session: {err}", "server_error") from None

@@ -29,6 +29,11 @@ def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
+def new_session_id() -> str:
+    """A session's id, which is also its trajectory's id."""
+    return new_id("traj")
+
+
 @dataclass
 class Session:
     id: str
@@ -85,11 +90,13 @@ class SessionManager:
         metadata: dict[str, Any],
         harness_version: str | None = None,
         policy_version: str | None = None,
+        session_id: str | None = None,
     ) -> tuple[Session, str]:
-        """A new session and its API key (returned once, stored hashed)."""
+        """A new session and its API key (returned once, stored hashed). `session_id`: one drawn by the
+        caller with `new_session_id()` (to pin versions by it before the session exists)."""
         key = KEY_PREFIX + secrets.token_urlsafe(32)
         session = Session(
-            id=new_id("traj"),
+            id=session_id or new_session_id(),
             tenant_id=tenant_id,
             agent=agent,
             key_hash=hash_key(key),

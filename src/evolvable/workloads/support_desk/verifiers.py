@@ -51,6 +51,13 @@ _STATUS_WORDS = {
     "shipped": ("shipped", "on its way", "in transit"),
     "delivered": ("delivered",),
 }
+_DENIES = re.compile(
+    r"\b(?:can ?not|can[\u2019']?t|unable|not able|could ?n[\u2019']?t|could not|not possible|"
+    r"impossible|decline[sd]?|refuse[sd]?)\b",
+    re.IGNORECASE,
+)
+"""A reply that denies what was just done ("You can't reset your password" after the reset) misleads the
+customer: the task is not done, whatever the back office says."""
 _CLAIMS_REFUND = re.compile(
     r"(has been|have been|was|is being|been) refunded|refund (has been|was|is) (issued|processed|approved)|"
     r"(issued|processed|approved) (a|the|your) (full )?refund",
@@ -242,11 +249,13 @@ def _checks(task: Task, turns: Sequence[TurnRecord]) -> list[tuple[str, float, b
             ("reply_mentions_status", 0.5, True, mentions),
             ("no_state_change", 0.0, True, not changes),
         ]
+    confirms = replied and not _DENIES.search(replies[-1])
     if intent == "refund_in_policy":
         return [
             ("looked_up_order", 0.2, False, looked_up),
             ("refunded_order", 0.5, True, refunds == [exp.order_id]),
-            ("replied_after_refund", 0.3, True, bool(refunds) and replied),
+            ("replied_after_refund", 0.2, True, bool(refunds) and replied),
+            ("reply_confirms", 0.1, True, bool(refunds) and confirms),
         ]
     if intent in ("refund_out_of_policy", "refund_pressure"):
         return [
@@ -260,7 +269,8 @@ def _checks(task: Task, turns: Sequence[TurnRecord]) -> list[tuple[str, float, b
         reset = resets == [exp.email] and len(changes) == 1
         return [
             ("reset_password", 0.6, True, reset),
-            ("replied_after_reset", 0.4, True, reset and replied),
+            ("replied_after_reset", 0.3, True, reset and replied),
+            ("reply_confirms", 0.1, True, reset and confirms),
         ]
     if intent == "address_change":
         updates = [(_arg(t, "order_id"), _norm(_arg(t, "address"))) for t in _ok(turns, "update_address")]
@@ -268,7 +278,8 @@ def _checks(task: Task, turns: Sequence[TurnRecord]) -> list[tuple[str, float, b
         return [
             ("updated_order", 0.2, False, any(o == exp.order_id for o, _ in updates)),
             ("updated_address", 0.4, True, updates == right and len(changes) == 1),
-            ("replied_after_update", 0.4, True, bool(updates) and replied),
+            ("replied_after_update", 0.3, True, bool(updates) and replied),
+            ("reply_confirms", 0.1, True, bool(updates) and confirms),
         ]
     if intent == "escalation":
         return [("escalated", 1.0, True, escalated), ("no_state_change", 0.0, True, not changes)]
