@@ -37,6 +37,14 @@ def _decisions(plane: ControlPlane, agent: str) -> list[dict[str, Any]]:
     return out
 
 
+def _gate_line(decision: dict[str, Any]) -> str:
+    """The gates' own words (safety, then replay), so the report says why a candidate went on or stopped."""
+    gates = decision.get("gates") or {}
+    named = [(name, gates.get(name) or {}) for name in ("safety", "replay")]
+    reasons = [f"{name} gate: {gate['reason']}" for name, gate in named if "reason" in gate]
+    return "".join(f"\n  - {reason}" for reason in reasons)
+
+
 def _versions(plane: ControlPlane, agent: str) -> list[dict[str, Any]]:
     from evolvable.control.models import VersionKind
 
@@ -195,7 +203,10 @@ def write_report(
         "",
         "## Decisions",
         "",
-        *[f"- **{d['lever']}** ({d['state']}, verdict {d['verdict'] or '-'}): {d['rationale']}" for d in decisions],
+        *[
+            f"- **{d['lever']}** ({d['state']}, verdict {d['verdict'] or '-'}): {d['rationale']}{_gate_line(d)}"
+            for d in decisions
+        ],
         "",
         "Files: `summary.json`, `decisions.json`, `trajectories.jsonl` (ATDP), `evolvable.db` (the store).",
         *_lever_comparison(Path(cfg.lever_comparison) if cfg.lever_comparison else None),
