@@ -15,7 +15,7 @@ the same harness, on the same tickets, in the same run, so the before/after comp
 the report gives paired 95% CIs of the differences (success and reward), the exact McNemar p, and
 the unpaired CI as well. Writes benchmarks/results/rl.json and prints a Rich table.
 
-    python benchmarks/rl.py                 # ~14 minutes on 2 shared CPU cores (one round)
+    python benchmarks/rl.py                 # ~12 minutes on 2 CPU cores (one round)
     python benchmarks/rl.py --quick         # a smoke run of a few minutes
 """
 
@@ -78,10 +78,10 @@ def _parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--harness", choices=("memory", "default", "weak"), default="memory")
     parser.add_argument("--memory-k", type=int, default=1, help="worked examples per prompt (--harness memory)")
-    parser.add_argument("--train-tasks", type=int, default=12, help="distinct train tickets per round")
+    parser.add_argument("--train-tasks", type=int, default=24, help="distinct train tickets per round")
     parser.add_argument("--repeats", type=int, default=4, help="runs per train ticket (replay-group baselines)")
     parser.add_argument("--temperature", type=float, default=0.7, help="rollout sampling temperature")
-    parser.add_argument("--holdout", type=int, default=48)
+    parser.add_argument("--holdout", type=int, default=96)
     parser.add_argument("--safety", type=int, default=12)
     parser.add_argument("--rounds", type=int, default=1, help="round 2 at the same --lr diverged (docs/PERFORMANCE.md)")
     parser.add_argument("--budget-min", type=float, default=25.0, help="skip a further round that would not fit")
@@ -92,6 +92,12 @@ def _parse_args() -> argparse.Namespace:
     parser.add_argument("--lora-r", type=int, default=16)
     parser.add_argument("--lora-top-layers", type=int, default=8, help="adapters on the top N layers only (0: all)")
     parser.add_argument("--ppo-epochs", type=int, default=1)
+    parser.add_argument(
+        "--grad-accum",
+        type=int,
+        default=4,
+        help="micro-batches of 4 per optimizer step (2 over-stepped: refunds broke)",
+    )
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--clip-eps-high", type=float, default=None)
     parser.add_argument("--process-coef", type=float, default=0.5)
@@ -228,7 +234,7 @@ def main() -> None:
                 proximal_from_behaviour=True,
                 rollout_batch_size=100_000,
                 micro_batch_size=4,
-                grad_accum_steps=2,
+                grad_accum_steps=args.grad_accum,
                 max_seq_len=2048,
                 seed=args.seed + r,
                 output_dir=str(workdir / f"round{r + 1}"),
