@@ -59,4 +59,6 @@ def test_demo_runs_the_loop_and_writes_a_report(tmp_path: Path) -> None:
     assert any(t.tool_calls() for t in live)
     # The starting harness is registered and active; every decision (if any) has a state.
     assert any(v["state"] == "active" and v["kind"] == "harness" for v in summary["versions"])
+    report = (out / "report.md").read_text()
+    assert "## Versions" in report and all(f"`{v['id']}`" in report for v in summary["versions"])
     assert all(d["state"] for d in summary["decisions"])

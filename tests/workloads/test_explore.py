@@ -131,6 +131,10 @@ def test_a_success_that_skips_an_optional_check_does_not_end_the_search() -> Non
         client = openai.OpenAI(base_url=mock.base_url, api_key="k", max_retries=0)
         tried = SearchExplorer(client, "m", default_harness(), max_turns=3, max_episodes=40).search(REFUND)
         short = SearchExplorer(client, "m", default_harness(), max_turns=3, max_episodes=6).search(REFUND)
+        one_by_one = SearchExplorer(client, "m", default_harness(), max_turns=3, max_episodes=40, parallel=1)
+        sequential = one_by_one.search(REFUND)
+    # the greedy episodes of a depth run at once, but are read in search order: the same search
+    assert [e.outputs for e in sequential] == [e.outputs for e in tried]
     shortcut = [e for e in tried if e.success and e.verdict.reward < 1.0]
     assert shortcut, "the shortcut was found first and kept searching"
     assert [json.loads(o)["tool"] for o in shortcut[0].outputs] == ["issue_refund", "reply_to_customer"]

@@ -208,6 +208,15 @@ def write_report(
             for d in decisions
         ],
         "",
+        "## Versions",
+        "",
+        "Harness and policy versions the run created (a policy version is a LoRA adapter trained by the",
+        "weights lever from the recorded traffic, hot-loaded into the policy server).",
+        "",
+        "| kind | version | state | parent | note |",
+        "|---|---|---|---|---|",
+        *[f"| {v['kind']} | `{v['id']}` | {v['state']} | {v['parent'] or '-'} | {v['note'] or ''} |" for v in versions],
+        "",
         "Files: `summary.json`, `decisions.json`, `trajectories.jsonl` (ATDP), `evolvable.db` (the store).",
         *_lever_comparison(Path(cfg.lever_comparison) if cfg.lever_comparison else None),
     ]

@@ -61,8 +61,8 @@ class DemoConfig:
     def build(cls, report_dir: Path, *, quick: bool, levers: frozenset[Lever] | None, model: str) -> DemoConfig:
         cfg = cls(report_dir=report_dir, model=model, quick=quick)
         if quick:
-            cfg.rounds, cfg.round_size, cfg.report_tasks, cfg.gate_tasks, cfg.safety_tasks = 2, 12, 12, 24, 4
-            cfg.max_tokens, cfg.max_turns = 40, 3
+            cfg.rounds, cfg.round_size, cfg.report_tasks, cfg.gate_tasks, cfg.safety_tasks = 2, 10, 12, 24, 4
+            cfg.max_tokens, cfg.max_turns = 36, 3
             cfg.explore_tasks, cfg.explore_max_episodes = 1, 12
             cfg.levers = frozenset({Lever.memory, Lever.skill, Lever.prompt, Lever.tool})
         if levers is not None:

@@ -28,6 +28,7 @@ import hashlib
 import json
 import re
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,7 +106,9 @@ class SearchExplorer:
         max_text_tokens: int = 24,
         max_episodes: int = 16,
         seed: int = 0,
+        parallel: int = 8,
     ) -> None:
+        """`parallel`: greedy episodes of one search depth run at once (1: one by one)."""
         if not harness.tools:
             raise ValueError("exploration needs a harness with tools")
         self.client = client
@@ -117,6 +120,7 @@ class SearchExplorer:
         self.max_text_tokens = max_text_tokens
         self.max_episodes = max_episodes
         self.seed = seed
+        self.parallel = max(1, parallel)
         self._written: dict[str, str] = {}
 
     def _write(self, messages: list[ChatMessage], prefix: str, sample: int) -> str:
@@ -190,16 +194,20 @@ class SearchExplorer:
         tried: list[Exploration] = []
         best: Exploration | None = None
         frontier: list[list[ToolSpec]] = [[]]
-        for _depth in range(self.max_turns):
-            extended: list[list[ToolSpec]] = []
-            for prefix in frontier:
-                for tool in self.harness.tools:
-                    plan = [*prefix, tool]
+        # The greedy episodes of one depth are independent: they run at once (one search alone leaves the
+        # serving engine's batch nearly empty) and are then read in search order, as if run one by one.
+        pool = ThreadPoolExecutor(max_workers=self.parallel, thread_name_prefix="evolvable-explore")
+        try:
+            for _depth in range(self.max_turns):
+                extended: list[list[ToolSpec]] = []
+                plans = [[*prefix, tool] for prefix in frontier for tool in self.harness.tools]
+                greedy = [pool.submit(self._run, task, plan, 0) for plan in plans]
+                for plan, first in zip(plans, greedy, strict=True):
                     for sample in range(self.text_samples):
                         if len(tried) >= self.max_episodes:
                             return _best_last(tried, best)
                         try:
-                            episode, still_open = self._run(task, plan, sample)
+                            episode, still_open = first.result() if sample == 0 else self._run(task, plan, sample)
                         except openai.OpenAIError as err:
                             error = f"{type(err).__name__}: {err}"
                             tried.append(Exploration(task.id, task.cluster, [], verify(task, []), error))
@@ -218,8 +226,10 @@ class SearchExplorer:
                             break
                         if not _text_can_help(episode):
                             break
-            frontier = extended
-        return _best_last(tried, best)
+                frontier = extended
+            return _best_last(tried, best)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)  # running episodes end; queued ones never start
 
 
 _FULL_REWARD = 1.0 - 1e-9
