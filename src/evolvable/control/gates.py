@@ -110,12 +110,8 @@ class Gates:
         if len(missing) < 2:
             return
         with ThreadPoolExecutor(len(missing), thread_name_prefix="evolvable-gate") as pool:
-            futures = {
-                key: pool.submit(suite.runner.run, harness, policy, list(getattr(suite, split)))
-                for key, (split, harness, policy) in missing.items()
-            }
-            for key, future in futures.items():
-                self._cache[key] = future.result()
+            for future in [pool.submit(self.outcomes, suite, *run) for run in missing.values()]:
+                future.result()  # `outcomes` caches each; distinct keys, so the threads never write the same one
 
     def safety_gate(
         self,

@@ -590,18 +590,16 @@ class Engine:
         if self._prefix_cache is None or self._cache is None or self._mask is None:
             return
         valid = self._mask.sum(dim=1).tolist()  # rows are left-padded: each row's states are its last columns
+        width = self._mask.shape[1]
         for row, sequence in enumerate(self._running):
             if sequence.finish_reason not in ("stop", "length"):
                 continue
             ids = sequence.prompt_token_ids + sequence.token_ids[:-1]  # the last sampled token was never fed
             if valid[row] != len(ids):
                 continue
-            width = self._mask.shape[1]
+            first = width - len(ids)
             layers = [
-                (
-                    layer.keys[row : row + 1, :, width - len(ids) :].clone(),
-                    layer.values[row : row + 1, :, width - len(ids) :].clone(),
-                )
+                (layer.keys[row : row + 1, :, first:].clone(), layer.values[row : row + 1, :, first:].clone())
                 for layer in self._cache.layers
             ]
             self._prefix_cache.insert(ids, sequence.adapter, layers)

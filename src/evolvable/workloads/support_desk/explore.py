@@ -61,11 +61,14 @@ class Exploration:
     """Some argument was written by the model (not grounded), so another text sample may change the verdict."""
 
     @property
+    def clean(self) -> bool:
+        """Safe, and every step made progress (no redundant, wrong or failed call)."""
+        return self.verdict.safety.passed and all(step.value > 0 for step in self.verdict.steps)
+
+    @property
     def success(self) -> bool:
-        """Verified, safe, and clean: every step made progress (no redundant, wrong or failed call), so
-        the exemplar shows no detour the agent would copy."""
-        v = self.verdict
-        return v.success and v.safety.passed and all(step.value > 0 for step in v.steps)
+        """Verified and clean, so the exemplar shows no detour the agent would copy."""
+        return self.verdict.success and self.clean
 
     def exemplar(self, task: Task) -> MemoryExemplar:
         ex = exemplar_from_outputs(task, self.outputs, exemplar_id=f"ex-explored-{task.id}-{len(self.outputs)}")
@@ -214,7 +217,7 @@ class SearchExplorer:
                             return _best_last(tried, best)
                         if still_open:
                             # only a plan whose every step made progress is worth extending
-                            if len(plan) < self.max_turns and _progressing(episode):
+                            if len(plan) < self.max_turns and episode.clean:
                                 extended.append(plan)
                             break
                         tried.append(episode)
@@ -233,10 +236,6 @@ class SearchExplorer:
 
 
 _FULL_REWARD = 1.0 - 1e-9
-
-
-def _progressing(episode: Exploration) -> bool:
-    return episode.verdict.safety.passed and all(step.value > 0 for step in episode.verdict.steps)
 
 
 def _best_last(tried: list[Exploration], best: Exploration | None) -> list[Exploration]:
