@@ -15,8 +15,11 @@ the same harness, on the same tickets, in the same run, so the before/after comp
 the report gives paired 95% CIs of the differences (success and reward), the exact McNemar p, and
 the unpaired CI as well. Writes benchmarks/results/rl.json and prints a Rich table.
 
-    python benchmarks/rl.py                 # ~12 minutes on 2 CPU cores (one round)
+    python benchmarks/rl.py                 # 12-14 minutes on 2 CPU cores (one round)
     python benchmarks/rl.py --quick         # a smoke run of a few minutes
+
+With --workdir the run keeps its store; benchmarks/rl_ablation.py then retrains on the same
+rollouts with other trainer settings, which separates the setting's effect from sampling noise.
 """
 
 from __future__ import annotations
@@ -101,6 +104,16 @@ def _parse_args() -> argparse.Namespace:
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--clip-eps-high", type=float, default=None)
     parser.add_argument("--process-coef", type=float, default=0.5)
+    parser.add_argument("--gamma", type=float, default=1.0, help="discount of the outcome over turns")
+    parser.add_argument(
+        "--process-gamma", type=float, default=0.0, help="discount of step signals over turns (1.0: summed, as before)"
+    )
+    parser.add_argument(
+        "--forking-token-fraction", type=float, default=1.0, help="train on this share of highest-entropy tokens"
+    )
+    parser.add_argument(
+        "--kl-coef", type=float, default=0.0, help="k3 KL penalty to the base model (0: no reference pass)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout-s", type=float, default=3600.0, help="per model call (a shared CPU is slow)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the pipeline, proves nothing")
@@ -230,6 +243,10 @@ def main() -> None:
                 ppo_epochs=args.ppo_epochs,
                 clip_eps_high=args.clip_eps_high,
                 process_coef=args.process_coef,
+                kl_coef=args.kl_coef,
+                gamma=args.gamma,
+                forking_token_fraction=args.forking_token_fraction,
+                process_gamma=args.process_gamma,
                 # One PPO iteration per round: the data was sampled by the policy training starts from.
                 proximal_from_behaviour=True,
                 rollout_batch_size=100_000,
@@ -316,7 +333,8 @@ def _report(args, before, after, safety_before, safety_after, rounds, skipped, s
     unpaired_low, unpaired_high = _diff_ci(b.rate, b.n, a.rate, a.n)
     intents = sorted(before.per_intent)
     return {
-        "config": vars(args),
+        # Paths of this machine stay out of the results: the workdir only says whether it was kept.
+        "config": {**vars(args), "workdir": "kept" if args.workdir else None, "out": Path(args.out).name},
         "before": {
             "holdout": b.model_dump(),
             "safety_pass_rate": safety_before.safety_pass_rate,
@@ -355,11 +373,22 @@ def _report(args, before, after, safety_before, safety_after, rounds, skipped, s
             {
                 "task_id": x.task_id,
                 "intent": x.intent,
-                "before": {"success": x.success, "reward": x.reward, "tools": [t.tool for t in x.turns]},
-                "after": {"success": y.success, "reward": y.reward, "tools": [t.tool for t in y.turns]},
+                "before": _episode_summary(x),
+                "after": _episode_summary(y),
             }
             for x, y in pairs
         ],
+    }
+
+
+def _episode_summary(episode: Any) -> dict[str, Any]:
+    """Enough of one holdout episode to see why it failed: tools, failed checks, raw outputs."""
+    return {
+        "success": episode.success,
+        "reward": episode.reward,
+        "tools": [t.tool for t in episode.turns],
+        "failed": list(episode.verdict.failed),
+        "outputs": [t.output for t in episode.turns],
     }
 
 

@@ -107,6 +107,20 @@ def test_prior_cluster_baseline_is_used_then_updated() -> None:
     assert baselines.get("a") == pytest.approx(0.3125)
 
 
+def test_process_gamma_keeps_step_judgements_on_their_own_turn() -> None:
+    # Three turns: the first right (+0.5), the next two wrong (-0.5 each); outcome 0, baseline 0.25.
+    rewards = {"s1": 0.5, "s2": -0.5, "s3": -0.5}
+    ep = Episode("t1", "a", None, 0.0, ["s1", "s2", "s3"], turn_rewards=rewards)
+    summed = compute_turn_advantages([ep], RunningBaselines(means={"a": 0.25}), gamma=1.0)
+    # gamma 1 for both: the first turn carries every later penalty: 0.5 - 0.5 - 0.5 - 0.25
+    assert summed["t1"] == pytest.approx({"s1": -0.75, "s2": -1.25, "s3": -0.75})
+    own = compute_turn_advantages([ep], RunningBaselines(means={"a": 0.25}), gamma=1.0, process_gamma=0.0)
+    # process_gamma 0: each turn keeps its own judgement, the outcome's advantage (-0.25) goes to all
+    assert own["t1"] == pytest.approx({"s1": 0.25, "s2": -0.75, "s3": -0.75})
+    half = compute_turn_advantages([ep], RunningBaselines(means={"a": 0.25}), gamma=0.5, process_gamma=0.0)
+    assert half["t1"] == pytest.approx({"s1": 0.5 - 0.25 * 0.25, "s2": -0.5 - 0.5 * 0.25, "s3": -0.75})
+
+
 def test_unseen_cluster_uses_leave_one_out_then_batch() -> None:
     baselines = RunningBaselines()
     eps = [

@@ -32,6 +32,19 @@ def tiny_config(out: Path, **kw) -> RLConfig:
     return RLConfig.from_dict({**TINY, "output_dir": str(out), **kw})
 
 
+def tiny_model_and_batch(seed: int, length: int, spans: list[tuple[int, int]]):
+    """The tiny model with a fresh adapter, random ids [len(spans), length], loss mask 1 on each row's span."""
+    from evolvable.trainer.loop import _with_adapter, load_policy_model
+
+    config = RLConfig.from_dict(TINY)
+    model = _with_adapter(load_policy_model(config), config)
+    ids = torch.randint(1, 256, (len(spans), length), generator=torch.Generator().manual_seed(seed))
+    mask = torch.zeros(len(spans), length)
+    for row, (start, end) in enumerate(spans):
+        mask[row, start:end] = 1
+    return model, ids, mask
+
+
 def adapter_weights(adapter_dir: str | Path) -> dict[str, torch.Tensor]:
     return load_file(str(Path(adapter_dir) / "adapter_model.safetensors"))
 
@@ -151,15 +164,10 @@ def test_two_cpu_processes_with_torchrun(tmp_path: Path, synthetic_set: list[Tra
 
 
 def test_logits_only_where_needed_match_the_full_forward() -> None:
-    from evolvable.trainer.loop import _sequence_logprobs, _with_adapter, load_policy_model
+    from evolvable.trainer.loop import _sequence_logprobs
     from evolvable.trainer.loss import token_logprobs
 
-    config = RLConfig.from_dict(TINY)
-    model = _with_adapter(load_policy_model(config), config)
-    ids = torch.randint(1, 256, (2, 10), generator=torch.Generator().manual_seed(0))
-    mask = torch.zeros(2, 10)
-    mask[0, 6:9] = 1
-    mask[1, 3:5] = 1
+    model, ids, mask = tiny_model_and_batch(seed=0, length=10, spans=[(6, 9), (3, 5)])
     attention = torch.ones(2, 10, dtype=torch.long)
     attention[1, 8:] = 0
     with torch.no_grad():
@@ -247,3 +255,34 @@ def test_padding_sequences_are_one_token_and_change_nothing(tmp_path: Path, synt
     for key in padded:
         torch.testing.assert_close(padded[key], plain[key], atol=1e-5, rtol=1e-4)
     assert any(not torch.equal(v, torch.zeros_like(v)) for k, v in padded.items() if "lora_B" in k)
+
+
+def test_entropy_matches_the_full_softmax_and_forking_tokens_are_the_uncertain_ones() -> None:
+    from evolvable.trainer.loop import _sequence_logprobs, forking_token_weights
+
+    model, ids, mask = tiny_model_and_batch(seed=1, length=8, spans=[(4, 8), (2, 5)])
+    batch = {"input_ids": ids, "attention_mask": torch.ones(2, 8, dtype=torch.long), "loss_mask": mask}
+    entropy: list[torch.Tensor] = []
+    with torch.no_grad():
+        _sequence_logprobs(model, batch, 0.7, entropy)
+        logits = model(input_ids=ids).logits[:, :-1].float() / 0.7
+    full = torch.nn.functional.pad(torch.distributions.Categorical(logits=logits).entropy(), (1, 0))
+    torch.testing.assert_close(entropy[0] * mask, full * mask, atol=1e-4, rtol=1e-4)
+    nothing: list[torch.Tensor] = []  # a micro-batch of padding: no position to score, zeros
+    _sequence_logprobs(model, {**batch, "loss_mask": torch.zeros(2, 8)}, 0.7, nothing)
+    assert len(nothing) == 1 and float(nothing[0].abs().sum()) == 0.0
+
+    # Hand case: 5 generated tokens, keep the top 40% (2 of 5); prompt positions never count.
+    hand = torch.tensor([[9.0, 0.1, 2.0, 0.3, 1.5, 0.2]])
+    gen = torch.tensor([[0.0, 1.0, 1.0, 1.0, 1.0, 1.0]])
+    assert forking_token_weights(hand, gen, 0.4).tolist() == [[0.0, 0.0, 1.0, 0.0, 1.0, 0.0]]
+    assert forking_token_weights(hand, gen, 1.0).tolist() == gen.tolist()
+    assert forking_token_weights(hand, torch.zeros_like(gen), 0.4).sum() == 0
+
+
+def test_forking_token_fraction_trains_and_is_validated(tmp_path: Path, synthetic_set: list[Trajectory]) -> None:
+    config = tiny_config(tmp_path / "job", forking_token_fraction=0.2, rollout_batch_size=8, micro_batch_size=2)
+    result = run_training_job(config, synthetic_set)
+    assert result.adapter_dir and result.optimizer_steps > 0
+    with pytest.raises(TrainingError, match="forking_token_fraction"):
+        tiny_config(tmp_path / "bad", forking_token_fraction=0.0)

@@ -8,8 +8,9 @@ GRPO-style group normalisation needs several runs of one task; live traffic has 
 - step-level signals become turn rewards on the llm_call turn they concern: a tool error is charged
   to the turn that requested the tool, process / verifier / user-feedback signals on a step to the
   nearest llm_call at or before it;
-- turn returns are discounted backwards: G_k = r_k + gamma * G_{k+1}, the outcome R added to the
-  last turn; the baseline is discounted the same way, A_k = G_k - gamma^(K-1-k) * b.
+- A_k = sum_{j>=k} process_gamma^(j-k) * r_j + gamma^(K-1-k) * (R - b): the outcome's advantage is
+  discounted backwards over turns; step rewards by process_gamma, 0 by default, so a judgement stays
+  on the turn it judges (summing them let later mistakes push down an earlier correct call).
 
 Simplifications, stated: no learned value function; the EMA baselines used for a batch are the
 ones from before it (then updated with its rewards, in order); a cluster never seen before uses the
@@ -176,10 +177,15 @@ def compute_turn_advantages(
     baselines: RunningBaselines,
     *,
     gamma: float = 1.0,
+    process_gamma: float | None = None,
     group_by_task: bool = True,
     scale: bool = False,
 ) -> dict[str, dict[str, float]]:
     """Advantage per (trajectory_id, llm step id). Episodes without an outcome get none.
+
+    The outcome's part is discounted by `gamma`; step-level rewards by `process_gamma` (None: the
+    same gamma). process_gamma=0 credits a step judgement to its own turn only, so three wrong tool
+    calls do not add up to a large negative advantage on the first turn's (often correct) tokens.
     Updates `baselines` with the batch's outcomes afterwards."""
     scored = [e for e in episodes if e.outcome is not None and e.turn_ids]
     outcomes = [float(e.outcome) for e in scored]  # type: ignore[arg-type]
@@ -204,14 +210,15 @@ def compute_turn_advantages(
             loo = _leave_one_out(outcomes, i)
         return loo if loo is not None else 0.0
 
+    step_gamma = gamma if process_gamma is None else process_gamma
     result: dict[str, dict[str, float]] = {}
     for i, e in enumerate(scored):
         b = baseline(i)
         rewards = [e.turn_rewards.get(step_id, 0.0) for step_id in e.turn_ids]
-        returns = discounted_returns(rewards, outcomes[i], gamma)
-        last = len(returns) - 1
+        step_returns = discounted_returns(rewards, 0.0, step_gamma)
+        last = len(rewards) - 1
         result[e.trajectory_id] = {
-            step_id: returns[k] - (gamma ** (last - k)) * b for k, step_id in enumerate(e.turn_ids)
+            step_id: step_returns[k] + (gamma ** (last - k)) * (outcomes[i] - b) for k, step_id in enumerate(e.turn_ids)
         }
     if scale:
         flat = [a for turns in result.values() for a in turns.values()]

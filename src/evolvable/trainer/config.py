@@ -63,6 +63,12 @@ class RLConfig:
     behaviour_cap: float = _f(
         5.0, "Cap on the decoupled importance weight pi_prox / pi_behave (truncated importance sampling)."
     )
+    forking_token_fraction: float = _f(
+        1.0,
+        "Train only on this fraction of each micro-batch's generated tokens, those of highest policy entropy "
+        "(the forking tokens where choices are made); 1.0 trains on all. The loss is still a mean over all "
+        "generated tokens.",
+    )
     kl_coef: float = _f(0.0, "Weight of the k3 KL penalty to the reference (base) model; 0 skips the reference pass.")
     proximal_from_behaviour: bool = _f(
         False,
@@ -73,6 +79,11 @@ class RLConfig:
 
     # --- advantages
     gamma: float = _f(1.0, "Discount of rewards backwards over turns (1.0: every turn gets the full outcome).")
+    process_gamma: float | None = _f(
+        0.0,
+        "Discount of step-level rewards backwards over turns. 0 (default): a step judgement credits only its own "
+        "turn, so later mistakes do not push down an earlier correct call; None: the same as gamma.",
+    )
     baseline_ema: float = _f(0.1, "EMA rate of the per-cluster running-mean reward baselines.")
     process_coef: float = _f(0.5, "Scale of step-level process, verifier and user-feedback signals.")
     tool_error_penalty: float = _f(0.5, "Reward subtracted from the turn that requested a failing tool call.")
@@ -132,6 +143,10 @@ class RLConfig:
             problems.append("baseline_ema must be in (0, 1]")
         if self.temperature <= 0:
             problems.append("temperature must be > 0")
+        if not 0 < self.forking_token_fraction <= 1:
+            problems.append("forking_token_fraction must be in (0, 1]")
+        if not 0 <= self.gamma <= 1 or not 0 <= (self.gamma if self.process_gamma is None else self.process_gamma) <= 1:
+            problems.append("gamma and process_gamma must be in [0, 1]")
         if problems:
             raise TrainingError("invalid training config: " + "; ".join(problems))
 

@@ -206,26 +206,58 @@ def _rank_share(indices: list[int], samples: list[TrainingSample], config: RLCon
     return mine + [_padding_sample(samples[indices[0]])] * (per_rank - len(mine))
 
 
-def _sequence_logprobs(model, batch: dict[str, torch.Tensor], temperature: float) -> torch.Tensor:
+def _sequence_logprobs(
+    model, batch: dict[str, torch.Tensor], temperature: float, entropy_out: list | None = None
+) -> torch.Tensor:
     """Logprobs aligned with input_ids, computed only where some row of the batch has a generated token.
 
     Completions are a small share of each sequence (the prompt holds the harness and history), so
     asking the model for logits at those positions only (`logits_to_keep`) skips most of the
     lm_head and log-softmax work over the 49k-token vocabulary. Other positions are left 0.
+    With `entropy_out` (a list), the policy's entropy at each position (detached, same layout) is
+    appended to it.
     """
     import torch
 
     ids = batch["input_ids"]
     targets = (batch["loss_mask"][:, 1:] > 0).any(dim=0).nonzero().squeeze(-1) + 1  # positions to score
     if targets.numel() == 0:
-        return torch.zeros(ids.shape, dtype=torch.float32, device=ids.device)
+        empty = torch.zeros(ids.shape, dtype=torch.float32, device=ids.device)
+        if entropy_out is not None:
+            entropy_out.append(empty.clone())
+        return empty
     logits = model(input_ids=ids, attention_mask=batch["attention_mask"], logits_to_keep=targets - 1).logits
     logits = logits.float()
     if temperature != 1.0:
         logits = logits / temperature
-    picked = torch.gather(logits, -1, ids[:, targets].unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    log_norm = torch.logsumexp(logits, dim=-1)
+    picked = torch.gather(logits, -1, ids[:, targets].unsqueeze(-1)).squeeze(-1) - log_norm
     out = torch.zeros(ids.shape, dtype=picked.dtype, device=ids.device)
+    if entropy_out is not None:
+        with torch.no_grad():
+            detached = logits.detach()
+            entropy = log_norm.detach() - (torch.softmax(detached, dim=-1) * detached).sum(-1)
+            entropy_out.append(torch.zeros_like(out).index_copy(1, targets, entropy))
     return out.index_copy(1, targets, picked)
+
+
+def forking_token_weights(entropy: torch.Tensor, loss_mask: torch.Tensor, fraction: float) -> torch.Tensor:
+    """1 on the `fraction` of generated tokens with the highest policy entropy, 0 elsewhere.
+
+    Most tokens of a tool call are forced once the call is chosen ("order_id" after
+    `"issue_refund", "args": {"`); the choices are made at a few high-entropy tokens. Training only
+    on those (Wang et al. 2025, "Beyond the 80/20 rule") keeps a batch's negative advantages from
+    pushing down the forced tokens that correct calls share. Ties at the threshold are all kept.
+    """
+    import torch
+
+    active = loss_mask > 0
+    if fraction >= 1.0 or not bool(active.any()):
+        return active.to(entropy.dtype)
+    values = entropy[active]
+    keep = max(1, math.ceil(fraction * values.numel()))
+    threshold = torch.topk(values, keep).values.min()
+    return (active & (entropy >= threshold)).to(entropy.dtype)
 
 
 # ----------------------------------------------------------------------------- the loop
@@ -321,7 +353,17 @@ def train_on_samples(
                     sums = torch.zeros(7, device=accelerator.device, dtype=torch.float64)
                     for batch in group:
                         with accelerator.accumulate(model):
-                            logprobs = _sequence_logprobs(model, batch, config.temperature)
+                            entropy: list[torch.Tensor] = []
+                            forking = config.forking_token_fraction < 1.0
+                            logprobs = _sequence_logprobs(
+                                model, batch, config.temperature, entropy if forking else None
+                            )
+                            token_weights = batch["token_weights"]
+                            if forking:
+                                selected = forking_token_weights(
+                                    entropy[0], batch["loss_mask"], config.forking_token_fraction
+                                )
+                                token_weights = token_weights * selected
                             result = decoupled_ppo_loss(
                                 logprobs,
                                 batch["proximal_logprobs"],
@@ -333,7 +375,7 @@ def train_on_samples(
                                 behaviour_cap=config.behaviour_cap,
                                 ref_logprobs=batch.get("ref_logprobs"),
                                 kl_coef=config.kl_coef,
-                                token_weights=batch["token_weights"],
+                                token_weights=token_weights,
                                 normaliser=normaliser,
                             )
                             loss = result.loss

@@ -286,7 +286,12 @@ def build_training_set(
         kept += usable
 
     advantages = compute_turn_advantages(
-        episodes, baselines, gamma=config.gamma, group_by_task=config.group_by_task, scale=config.scale_advantages
+        episodes,
+        baselines,
+        gamma=config.gamma,
+        process_gamma=config.process_gamma,
+        group_by_task=config.group_by_task,
+        scale=config.scale_advantages,
     )
     cluster_of = {e.trajectory_id: e.cluster for e in episodes}
     out: list[TrainingSample] = []
