@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -120,16 +121,17 @@ def main() -> None:
         if result.adapter_dir is None:
             console.print(f"[red]{name}: no usable samples[/] {result.sample_stats}")
             continue
+        lora_name = re.sub(r"[^A-Za-z0-9_-]", "_", name)  # PEFT module names allow no dots
         with local_stack(model, tokenizer, job_dir, max_batch=cfg["concurrency"]) as stack:
             publish(
                 result.adapter_dir,
-                manifest_for(result, agent=AGENT_NAME, lora_name=name),
+                manifest_for(result, agent=AGENT_NAME, lora_name=lora_name),
                 servers=[stack.policy_server.url],
             )
             after = evaluate(
                 holdout,
                 stack.policy_v1,
-                name,
+                lora_name,
                 harness,
                 concurrency=cfg["concurrency"],
                 max_turns=cfg["max_turns"],
