@@ -145,8 +145,10 @@ class RLConfig:
             problems.append("temperature must be > 0")
         if not 0 < self.forking_token_fraction <= 1:
             problems.append("forking_token_fraction must be in (0, 1]")
-        if not 0 <= self.gamma <= 1 or not 0 <= (self.gamma if self.process_gamma is None else self.process_gamma) <= 1:
-            problems.append("gamma and process_gamma must be in [0, 1]")
+        if not 0 <= self.gamma <= 1:
+            problems.append("gamma must be in [0, 1]")
+        if self.process_gamma is not None and not 0 <= self.process_gamma <= 1:
+            problems.append("process_gamma must be in [0, 1]")
         if problems:
             raise TrainingError("invalid training config: " + "; ".join(problems))
 
