@@ -6,7 +6,10 @@ outcome and step-level process signals. Then, per round:
 
     rollouts on train tickets (sampled, several runs per ticket, through the proxy)
     -> training set from the store (decoupled PPO samples, replay-group baselines, process signals)
-    -> LoRA training (evolvable.trainer, the same job the control plane runs)
+    -> LoRA training (evolvable.trainer, the same job the control plane runs), adapter snapshots
+    -> gate: the served policy and three snapshots run 24 validation tickets (train split, never
+       trained on); the best snapshot that beats the served policy without losing more than one
+       ticket of any intent is published, else nothing is
     -> publish: the adapter is hot-loaded into the policy server and serves the next round.
 
 Before and after, the holdout split (greedy, disjoint from every train ticket) gives success and
@@ -15,7 +18,7 @@ the same harness, on the same tickets, in the same run, so the before/after comp
 the report gives paired 95% CIs of the differences (success and reward), the exact McNemar p, and
 the unpaired CI as well. Writes benchmarks/results/rl.json and prints a Rich table.
 
-    python benchmarks/rl.py                 # 12-14 minutes on 2 CPU cores (one round)
+    python benchmarks/rl.py                 # about 15 minutes on 2 CPU cores (one round)
     python benchmarks/rl.py --quick         # a smoke run of a few minutes
 
 With --workdir the run keeps its store; benchmarks/rl_ablation.py then retrains on the same
@@ -25,6 +28,7 @@ rollouts with other trainer settings, which separates the setting's effect from 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -77,6 +81,65 @@ def _paired_ci(before: list[float], after: list[float]) -> tuple[float, float, f
     return mean, mean - half, mean + half
 
 
+def trainer_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """RLConfig arguments from rl.py's settings: its arguments, or the `config` of a run's JSON
+    (older runs lack newer keys, which then take rl.py's defaults)."""
+    get = settings.get
+    return {
+        "base_model": "smollm2-135m",
+        "lora_r": settings["lora_r"],
+        "lora_alpha": 2 * settings["lora_r"],
+        "lora_top_layers": settings["lora_top_layers"],
+        "lr": settings["lr"],
+        "epochs": settings["epochs"],
+        "ppo_epochs": settings["ppo_epochs"],
+        "clip_eps_high": settings["clip_eps_high"],
+        "process_coef": settings["process_coef"],
+        "kl_coef": get("kl_coef", 0.0),
+        "gamma": get("gamma", 1.0),
+        "process_gamma": get("process_gamma", 0.0),
+        "forking_token_fraction": get("forking_token_fraction", 1.0),
+        "negative_advantage_scale": get("negative_scale", 1.0),
+        # One PPO iteration per round: the data was sampled by the policy training starts from.
+        "proximal_from_behaviour": True,
+        "rollout_batch_size": 100_000,
+        "micro_batch_size": 4,
+        "grad_accum_steps": get("grad_accum", 4),
+        "max_seq_len": 2048,
+        "seed": settings["seed"],
+        "checkpoint_interval": 0,
+    }
+
+
+def support_desk_harness(settings: dict[str, Any]) -> Any:
+    """The harness rl.py's settings name (memory: oracle worked examples from train tickets)."""
+    from evolvable.workloads.support_desk.harnesses import default_harness, oracle_exemplars, weak_harness
+    from evolvable.workloads.support_desk.tasks import generate_tasks
+
+    if settings["harness"] == "memory":
+        pool = oracle_exemplars(generate_tasks("train", 12, seed=1000 + settings["seed"]))
+        return default_harness(memory=pool, memory_k=settings["memory_k"])
+    return default_harness() if settings["harness"] == "default" else weak_harness()
+
+
+def paired_stats(
+    success_before: list[bool], success_after: list[bool], reward_before: list[float], reward_after: list[float]
+) -> dict[str, Any]:
+    """Paired before/after comparison on the same tickets: differences with 95% CIs, gained/lost, McNemar."""
+    diff, low, high = _paired_ci([float(x) for x in success_before], [float(x) for x in success_after])
+    reward_diff, reward_low, reward_high = _paired_ci(reward_before, reward_after)
+    pairs = list(zip(success_before, success_after, strict=True))
+    return {
+        "success_diff": diff,
+        "success_diff_ci95_paired": [low, high],
+        "reward_diff": reward_diff,
+        "reward_diff_ci95_paired": [reward_low, reward_high],
+        "tickets_gained": sum(1 for b, a in pairs if a and not b),
+        "tickets_lost": sum(1 for b, a in pairs if b and not a),
+        "mcnemar_p": _mcnemar_p(list(success_before), list(success_after)),
+    }
+
+
 def _parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--harness", choices=("memory", "default", "weak"), default="memory")
@@ -84,7 +147,24 @@ def _parse_args() -> argparse.Namespace:
     parser.add_argument("--train-tasks", type=int, default=24, help="distinct train tickets per round")
     parser.add_argument("--repeats", type=int, default=4, help="runs per train ticket (replay-group baselines)")
     parser.add_argument("--temperature", type=float, default=0.7, help="rollout sampling temperature")
+    parser.add_argument(
+        "--greedy-anchors",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="add one greedy run per train ticket to its replay group, so what the served policy gets right "
+        "is in the data too",
+    )
     parser.add_argument("--holdout", type=int, default=96)
+    parser.add_argument(
+        "--validation",
+        type=int,
+        default=24,
+        help="train-split tickets, disjoint from the round's, that gate its adapter (greedy, per intent); "
+        "0: publish the job's last step unchecked",
+    )
+    parser.add_argument(
+        "--gate-points", type=int, default=3, help="evenly spaced steps of the job the gate tries (the last included)"
+    )
     parser.add_argument("--safety", type=int, default=12)
     parser.add_argument("--rounds", type=int, default=1, help="round 2 at the same --lr diverged (docs/PERFORMANCE.md)")
     parser.add_argument("--budget-min", type=float, default=25.0, help="skip a further round that would not fit")
@@ -98,8 +178,8 @@ def _parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--grad-accum",
         type=int,
-        default=4,
-        help="micro-batches of 4 per optimizer step (2 over-stepped: refunds broke)",
+        default=2,
+        help="micro-batches of 4 per optimizer step (14-16 steps a round; ungated, they broke refunds)",
     )
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--clip-eps-high", type=float, default=None)
@@ -114,6 +194,9 @@ def _parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--kl-coef", type=float, default=0.0, help="k3 KL penalty to the base model (0: no reference pass)"
     )
+    parser.add_argument(
+        "--negative-scale", type=float, default=1.0, help="RLConfig.negative_advantage_scale (1.0: symmetric)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout-s", type=float, default=3600.0, help="per model call (a shared CPU is slow)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the pipeline, proves nothing")
@@ -122,7 +205,10 @@ def _parse_args() -> argparse.Namespace:
     args = parser.parse_args()
     if args.quick:
         args.train_tasks, args.repeats, args.holdout, args.safety, args.rounds = 4, 2, 6, 3, 1
-    for name in ("train_tasks", "repeats", "holdout", "safety", "rounds", "max_tokens", "max_turns"):
+        args.validation = min(args.validation, 6)
+    if args.validation < 0:
+        parser.error("--validation must be >= 0")
+    for name in ("train_tasks", "repeats", "holdout", "safety", "rounds", "max_tokens", "max_turns", "gate_points"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
     return args
@@ -143,12 +229,7 @@ def main() -> None:
     from evolvable.trainer.samples import StoreSource
     from evolvable.trainer.stack import local_stack
     from evolvable.workloads.support_desk.evaluate import EvalReport, evaluate
-    from evolvable.workloads.support_desk.harnesses import (
-        AGENT_NAME,
-        default_harness,
-        oracle_exemplars,
-        weak_harness,
-    )
+    from evolvable.workloads.support_desk.harnesses import AGENT_NAME
     from evolvable.workloads.support_desk.tasks import generate_tasks
 
     console = Console()
@@ -158,19 +239,18 @@ def main() -> None:
     started, cpu_started = time.perf_counter(), time.process_time()
     phases: dict[str, float] = {}
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="evolvable-rl-"))
-    if args.harness == "memory":
-        exemplar_pool = oracle_exemplars(generate_tasks("train", 12, seed=1000 + args.seed))
-        harness = default_harness(memory=exemplar_pool, memory_k=args.memory_k)
-    else:
-        harness = default_harness() if args.harness == "default" else weak_harness()
+    harness = support_desk_harness(vars(args))
     holdout = generate_tasks("holdout", args.holdout, seed=args.seed)
     safety = generate_tasks("safety", args.safety, seed=args.seed)
     train_rounds = [
         generate_tasks("train", args.train_tasks, seed=100 + 17 * r + args.seed) for r in range(args.rounds)
     ]
+    validation = generate_tasks("train", args.validation, seed=500 + args.seed) if args.validation else []
     train_ids = {t.id for tasks in train_rounds for t in tasks}
-    if train_ids & {t.id for t in holdout + safety}:
-        raise SystemExit("train tickets overlap the holdout or safety tickets")
+    if (train_ids | {t.id for t in validation}) & {t.id for t in holdout + safety}:
+        raise SystemExit("train or validation tickets overlap the holdout or safety tickets")
+    if train_ids & {t.id for t in validation}:
+        raise SystemExit("validation tickets overlap the train tickets")
 
     t0 = time.perf_counter()
     model, tokenizer = load_base_model()
@@ -221,6 +301,9 @@ def main() -> None:
             round_start = time.perf_counter()
             train = train_tasks * args.repeats
             since = datetime.now(UTC)
+            anchors = None
+            if args.greedy_anchors:
+                anchors = run(f"greedy anchors r{r + 1}", train_tasks, stack.proxy_v1, serving, record=True)
             rollouts = run(
                 f"rollouts r{r + 1}",
                 train,
@@ -233,29 +316,13 @@ def main() -> None:
             stack.flush()
             rollout_s = time.perf_counter() - round_start
             config = RLConfig(
-                base_model=base_name,
-                init_adapter=adapter,
-                lora_r=args.lora_r,
-                lora_alpha=2 * args.lora_r,
-                lora_top_layers=args.lora_top_layers,
-                lr=args.lr,
-                epochs=args.epochs,
-                ppo_epochs=args.ppo_epochs,
-                clip_eps_high=args.clip_eps_high,
-                process_coef=args.process_coef,
-                kl_coef=args.kl_coef,
-                gamma=args.gamma,
-                forking_token_fraction=args.forking_token_fraction,
-                process_gamma=args.process_gamma,
-                # One PPO iteration per round: the data was sampled by the policy training starts from.
-                proximal_from_behaviour=True,
-                rollout_batch_size=100_000,
-                micro_batch_size=4,
-                grad_accum_steps=args.grad_accum,
-                max_seq_len=2048,
-                seed=args.seed + r,
-                output_dir=str(workdir / f"round{r + 1}"),
-                checkpoint_interval=0,
+                **{
+                    **trainer_settings(vars(args)),
+                    "init_adapter": adapter,
+                    "seed": args.seed + r,
+                    "output_dir": str(workdir / f"round{r + 1}"),
+                    "snapshot_interval": 1 if validation else 0,
+                }
             )
             t0 = time.perf_counter()
             result = run_training_job(
@@ -273,22 +340,34 @@ def main() -> None:
             if result.adapter_dir is None:
                 console.print(f"[red]round {r + 1}: no usable samples[/] {result.sample_stats}")
                 break
-            lora_name = f"rl-round{r + 1}"
-            publish(
-                result.adapter_dir,
-                manifest_for(result, agent=AGENT_NAME, lora_name=lora_name),
-                servers=[stack.policy_server.url],
-            )
-            serving, adapter, baselines = lora_name, result.adapter_dir, result.baselines
+            lora_name, gate = f"rl-round{r + 1}", None
+            if validation:
+                t0 = time.perf_counter()
+                gate = _gate(run, validation, stack, serving, result, args.gate_points, r + 1)
+                phases[f"gate_r{r + 1}_s"] = time.perf_counter() - t0
+                chosen_dir = gate.pop("chosen_adapter_dir")
+                chosen = None if chosen_dir is None else dataclasses.replace(result, adapter_dir=chosen_dir)
+            else:
+                chosen = result
+            if chosen is not None:
+                publish(
+                    chosen.adapter_dir,
+                    manifest_for(chosen, agent=AGENT_NAME, lora_name=lora_name),
+                    servers=[stack.policy_server.url],
+                )
+                serving, adapter, baselines = lora_name, chosen.adapter_dir, chosen.baselines
+            else:
+                console.print(f"[yellow]round {r + 1}: the gate kept {serving}: no step beat it on validation[/]")
             rounds.append(
                 {
                     "round": r + 1,
-                    "policy": lora_name,
+                    "policy": lora_name if chosen is not None else serving,
                     "rollouts": len(train),
                     "distinct_tickets": len(train_tasks),
                     "rollout_success": rollouts.overall.rate,
                     "rollout_mean_reward": rollouts.overall.mean_reward,
                     "rollout_per_intent": {k: v.rate for k, v in rollouts.per_intent.items()},
+                    "greedy_anchor_success": anchors.overall.rate if anchors else None,
                     "rollout_s": rollout_s,
                     "train_s": train_s,
                     "round_s": time.perf_counter() - round_start,
@@ -300,6 +379,8 @@ def main() -> None:
                     "trainer_tokens_per_s": metrics["tokens_per_s"],
                     "clip_fraction": metrics["clip_fraction_mean"],
                     "approx_kl": metrics["approx_kl_mean"],
+                    "gate": gate,
+                    "published": chosen is not None,
                 }
             )
         t0 = time.perf_counter()
@@ -319,17 +400,57 @@ def main() -> None:
     console.print(f"wrote {out}")
 
 
+def _gate(run, validation, stack, serving, result, points: int, round_no: int) -> dict[str, Any]:
+    """Pick the step of the job to publish, on validation tickets the job never trained on.
+
+    The served policy and evenly spaced snapshots of the job (the last step included) run the same
+    tickets greedily. A step passes when it solves more tickets than the served policy and no intent
+    loses more than one ticket (one intent improving while another collapses is the failure this
+    catches); the passing step with most successes wins, the earliest on a tie. None passing: the
+    round publishes nothing and the served policy stays."""
+    from evolvable.trainer.publish import load_lora
+
+    snapshots = {**result.snapshots, result.optimizer_steps: result.adapter_dir}
+    last = result.optimizer_steps
+    steps = sorted({max(1, round(last * k / points)) for k in range(1, points + 1)} & set(snapshots))
+    base = run(f"validation ({serving})", validation, stack.policy_v1, serving, record=False)
+    base_intents = {k: round(v.rate * v.n) for k, v in base.per_intent.items()}
+    candidates: dict[str, dict[str, Any]] = {}
+    for step in steps:
+        name = f"rl-round{round_no}-step{step}"
+        load_lora(stack.policy_server.url, name, str(Path(snapshots[step]).resolve()))
+        report = run(f"validation (step {step})", validation, stack.policy_v1, name, record=False)
+        intents = {k: round(v.rate * v.n) for k, v in report.per_intent.items()}
+        solved = sum(intents.values())
+        worst = min(intents.get(k, 0) - n for k, n in base_intents.items())
+        candidates[str(step)] = {
+            "solved": solved,
+            "per_intent": intents,
+            "passed": solved > sum(base_intents.values()) and worst >= -1,
+        }
+    passing = [int(s) for s, c in candidates.items() if c["passed"]]
+    chosen = max(passing, key=lambda s: (candidates[str(s)]["solved"], -s)) if passing else None
+    return {
+        "chosen_adapter_dir": snapshots[chosen] if chosen is not None else None,  # dropped from the report
+        "tickets": len(validation),
+        "base_solved": sum(base_intents.values()),
+        "base_per_intent": base_intents,
+        "candidates": candidates,
+        "chosen_step": chosen,
+    }
+
+
 def _report(args, before, after, safety_before, safety_after, rounds, skipped, serving) -> dict[str, Any]:
     """Everything the table shows and more: paired and unpaired statistics, per intent, per ticket."""
     b, a = before.overall, after.overall
     after_by_task = {e.task_id: e for e in after.episodes}
     pairs = [(e, after_by_task[e.task_id]) for e in before.episodes]
-    success_b = [float(x.success) for x, _ in pairs]
-    success_a = [float(y.success) for _, y in pairs]
-    reward_b = [x.reward for x, _ in pairs]
-    reward_a = [y.reward for _, y in pairs]
-    success_diff, success_low, success_high = _paired_ci(success_b, success_a)
-    reward_diff, reward_low, reward_high = _paired_ci(reward_b, reward_a)
+    stats = paired_stats(
+        [x.success for x, _ in pairs],
+        [y.success for _, y in pairs],
+        [x.reward for x, _ in pairs],
+        [y.reward for _, y in pairs],
+    )
     unpaired_low, unpaired_high = _diff_ci(b.rate, b.n, a.rate, a.n)
     intents = sorted(before.per_intent)
     return {
@@ -356,15 +477,12 @@ def _report(args, before, after, safety_before, safety_after, rounds, skipped, s
             }
             for i in intents
         },
-        "success_diff": success_diff,
-        "success_diff_ci95_paired": [success_low, success_high],
+        **stats,
         "success_diff_ci95_unpaired": [unpaired_low, unpaired_high],
-        "mcnemar_p": _mcnemar_p([x > 0 for x in success_b], [y > 0 for y in success_a]),
-        "tickets_gained": sum(1 for x, y in zip(success_b, success_a, strict=True) if y > x),
-        "tickets_lost": sum(1 for x, y in zip(success_b, success_a, strict=True) if y < x),
-        "reward_diff": reward_diff,
-        "reward_diff_ci95_paired": [reward_low, reward_high],
-        "improved_outside_ci": {"success": success_low > 0, "mean_reward": reward_low > 0},
+        "improved_outside_ci": {
+            "success": stats["success_diff_ci95_paired"][0] > 0,
+            "mean_reward": stats["reward_diff_ci95_paired"][0] > 0,
+        },
         "safety_regressed": safety_after.safety_pass_rate < safety_before.safety_pass_rate,
         "safety_violations_after": safety_after.safety_violations,
         "rounds": rounds,
@@ -440,6 +558,13 @@ def _table(report: dict[str, Any]) -> Any:
             f"{r['samples']} samples, {r['optimizer_steps']} steps",
             f"trainer {r['trainer_tokens_per_s']:.0f} tok/s; round {r['round_s'] / 60:.1f} min",
         )
+        gate = r.get("gate")
+        if gate:
+            tried = ", ".join(f"step {s}: {c['solved']}" for s, c in gate["candidates"].items())
+            verdict = f"published step {gate['chosen_step']}" if r["published"] else "published nothing"
+            table.add_row(
+                f"  gate ({gate['tickets']} validation tickets)", f"served: {gate['base_solved']}", tried, verdict
+            )
     minutes = report["total_s"] / 60
     table.add_row("wall time (process CPU time)", "", "", f"{minutes:.1f} min ({report['process_cpu_s'] / 60:.1f} min)")
     return table

@@ -10,8 +10,10 @@ then out of the comparison: what differs is only the trainer setting.
     python benchmarks/rl_ablation.py --run runs/rl-seed1.json --workdir runs/rl-seed1 \\
         --variant summed:process_gamma=1.0 --variant own-turn:process_gamma=0.0 --variant kl:kl_coef=0.1
 
-A variant is NAME:KEY=VALUE,KEY=VALUE with RLConfig keys (values parsed as JSON). The other
-settings are rl.py's, read from the run's JSON. ~6 minutes per variant on 2 CPU cores. Writes
+A variant is NAME:KEY=VALUE,KEY=VALUE with RLConfig keys (values parsed as JSON), plus
+`greedy_anchors=true`: first record one greedy run of the base policy per train ticket (into a copy
+of the store), as `rl.py --greedy-anchors` does. The other settings are rl.py's, read from the run's
+JSON. ~6 minutes per variant on 2 CPU cores. Writes
 benchmarks/results/rl_ablation.json and prints a Rich table.
 """
 
@@ -31,7 +33,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).parent))
 
-from rl import _mcnemar_p, _paired_ci
+from rl import paired_stats, support_desk_harness, trainer_settings
 
 RESULTS = Path(__file__).parent / "results" / "rl_ablation.json"
 
@@ -75,7 +77,7 @@ def main() -> None:
     from evolvable.trainer.samples import StoreSource
     from evolvable.trainer.stack import local_stack
     from evolvable.workloads.support_desk.evaluate import evaluate
-    from evolvable.workloads.support_desk.harnesses import AGENT_NAME, default_harness, oracle_exemplars
+    from evolvable.workloads.support_desk.harnesses import AGENT_NAME
     from evolvable.workloads.support_desk.tasks import generate_tasks
 
     console = Console() if Console().is_terminal else Console(width=132)
@@ -83,40 +85,47 @@ def main() -> None:
     if cfg["harness"] != "memory" or cfg["rounds"] != 1:
         raise SystemExit("only one-round runs with the memory harness (rl.py's default) are supported")
     seed = cfg["seed"]
-    harness = default_harness(
-        memory=oracle_exemplars(generate_tasks("train", 12, seed=1000 + seed)), memory_k=cfg["memory_k"]
-    )
+    harness = support_desk_harness(cfg)
     holdout = generate_tasks("holdout", cfg["holdout"], seed=seed)
     before = {e["task_id"]: e["before"] for e in run["holdout_episodes"]}
     if {t.id for t in holdout} != set(before):
         raise SystemExit("the run's holdout tickets do not match its seed")
-    base = {
-        "base_model": "smollm2-135m",
-        "lora_r": cfg["lora_r"],
-        "lora_alpha": 2 * cfg["lora_r"],
-        "lora_top_layers": cfg["lora_top_layers"],
-        "lr": cfg["lr"],
-        "epochs": cfg["epochs"],
-        "ppo_epochs": cfg["ppo_epochs"],
-        "clip_eps_high": cfg["clip_eps_high"],
-        "process_coef": cfg["process_coef"],
-        "proximal_from_behaviour": True,
-        "rollout_batch_size": 100_000,
-        "micro_batch_size": 4,
-        "grad_accum_steps": cfg.get("grad_accum", 4),
-        "max_seq_len": 2048,
-        "seed": seed,
-        "checkpoint_interval": 0,
-    }
+    base = trainer_settings(cfg)
+
+    def run_episodes(tickets: list, endpoint: str, model_name: str, *, record: bool) -> Any:
+        """Greedy episodes with the run's agent settings."""
+        return evaluate(
+            tickets,
+            endpoint,
+            model_name,
+            harness,
+            concurrency=cfg["concurrency"],
+            max_turns=cfg["max_turns"],
+            max_tokens=cfg["max_tokens"],
+            record=record,
+            timeout_s=cfg["timeout_s"],
+        )
+
     model, tokenizer = load_base_model()
     scratch = Path(args.workdir) / "ablation"
     rows: list[dict[str, Any]] = []
     for name, overrides in args.variant:
         job_dir = scratch / name
         shutil.rmtree(job_dir, ignore_errors=True)
-        config = RLConfig(**{**base, **overrides, "output_dir": str(job_dir / "job")})
+        settings = dict(overrides)
+        anchors = bool(settings.pop("greedy_anchors", False))
+        config = RLConfig(**{**base, **settings, "output_dir": str(job_dir / "job")})
         started = time.perf_counter()
-        result = run_training_job(config, StoreSource(f"sqlite:///{store}", TrajectoryFilter(agent=AGENT_NAME)))
+        data = store
+        if anchors:
+            job_dir.mkdir(parents=True)
+            data = job_dir / "store.db"
+            shutil.copyfile(store, data)
+            with local_stack(model, tokenizer, job_dir, max_batch=cfg["concurrency"]) as stack:
+                tickets = generate_tasks("train", cfg["train_tasks"], seed=100 + seed)
+                run_episodes(tickets, stack.proxy_v1, "smollm2-135m", record=True)
+                stack.flush()
+        result = run_training_job(config, StoreSource(f"sqlite:///{data}", TrajectoryFilter(agent=AGENT_NAME)))
         train_s = time.perf_counter() - started
         if result.adapter_dir is None:
             console.print(f"[red]{name}: no usable samples[/] {result.sample_stats}")
@@ -128,20 +137,14 @@ def main() -> None:
                 manifest_for(result, agent=AGENT_NAME, lora_name=lora_name),
                 servers=[stack.policy_server.url],
             )
-            after = evaluate(
-                holdout,
-                stack.policy_v1,
-                lora_name,
-                harness,
-                concurrency=cfg["concurrency"],
-                max_turns=cfg["max_turns"],
-                max_tokens=cfg["max_tokens"],
-                record=False,
-                timeout_s=cfg["timeout_s"],
-            )
+            after = run_episodes(holdout, stack.policy_v1, lora_name, record=False)
         pairs = [(before[e.task_id], e) for e in after.episodes]
-        diff, low, high = _paired_ci([float(b["success"]) for b, _ in pairs], [float(a.success) for _, a in pairs])
-        rdiff, rlow, rhigh = _paired_ci([b["reward"] for b, _ in pairs], [a.reward for _, a in pairs])
+        stats = paired_stats(
+            [b["success"] for b, _ in pairs],
+            [a.success for _, a in pairs],
+            [b["reward"] for b, _ in pairs],
+            [a.reward for _, a in pairs],
+        )
         per_intent: dict[str, list[int]] = {}
         for b, a in pairs:
             counts = per_intent.setdefault(a.intent, [0, 0, 0])
@@ -157,17 +160,14 @@ def main() -> None:
                 "train_s": train_s,
                 "before": run["before"]["holdout"]["rate"],
                 "after": after.overall.rate,
-                "success_diff": diff,
-                "success_diff_ci95_paired": [low, high],
-                "reward_diff": rdiff,
-                "reward_diff_ci95_paired": [rlow, rhigh],
-                "tickets_gained": sum(1 for b, a in pairs if a.success and not b["success"]),
-                "tickets_lost": sum(1 for b, a in pairs if b["success"] and not a.success),
-                "mcnemar_p": _mcnemar_p([b["success"] for b, _ in pairs], [a.success for _, a in pairs]),
+                **stats,
                 "per_intent_before_after_n": per_intent,
             }
         )
-        console.print(f"{name}: {diff:+.1%} [{low:+.1%}, {high:+.1%}] at {time.perf_counter() - started:.0f} s")
+        low, high = stats["success_diff_ci95_paired"]
+        console.print(
+            f"{name}: {stats['success_diff']:+.1%} [{low:+.1%}, {high:+.1%}] at {time.perf_counter() - started:.0f} s"
+        )
 
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -121,6 +121,16 @@ def test_process_gamma_keeps_step_judgements_on_their_own_turn() -> None:
     assert half["t1"] == pytest.approx({"s1": 0.5 - 0.25 * 0.25, "s2": -0.5 - 0.5 * 0.25, "s3": -0.75})
 
 
+def test_negative_scale_shrinks_only_negative_advantages() -> None:
+    rewards = {"s1": 0.5, "s2": -0.5}
+    eps = [Episode("t1", "a", None, 0.0, ["s1", "s2"], turn_rewards=rewards)]
+    adv = compute_turn_advantages(eps, RunningBaselines(means={"a": 0.25}), process_gamma=0.0, negative_scale=0.5)
+    # unscaled: s1 = 0.5 - 0.25 = 0.25 (kept), s2 = -0.5 - 0.25 = -0.75 (halved)
+    assert adv["t1"] == pytest.approx({"s1": 0.25, "s2": -0.375})
+    none = compute_turn_advantages(eps, RunningBaselines(means={"a": 0.25}), process_gamma=0.0, negative_scale=0.0)
+    assert none["t1"] == pytest.approx({"s1": 0.25, "s2": 0.0})
+
+
 def test_unseen_cluster_uses_leave_one_out_then_batch() -> None:
     baselines = RunningBaselines()
     eps = [

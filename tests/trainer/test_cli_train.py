@@ -27,6 +27,8 @@ def test_config_from_yaml_and_toml(tmp_path: Path) -> None:
         RLConfig.from_file(tmp_path / "typo.yaml")
     with pytest.raises(TrainingError, match="clip_eps"):
         RLConfig(clip_eps=1.5)
+    with pytest.raises(TrainingError, match="negative_advantage_scale"):
+        RLConfig(negative_advantage_scale=-0.1)
     assert all(RLConfig.help_text().values())
 
 

@@ -286,3 +286,19 @@ def test_forking_token_fraction_trains_and_is_validated(tmp_path: Path, syntheti
     assert result.adapter_dir and result.optimizer_steps > 0
     with pytest.raises(TrainingError, match="forking_token_fraction"):
         tiny_config(tmp_path / "bad", forking_token_fraction=0.0)
+
+
+def test_snapshots_hold_the_adapter_every_interval(tmp_path: Path, synthetic_set: list[Trajectory]) -> None:
+    config = tiny_config(
+        tmp_path / "job", rollout_batch_size=8, micro_batch_size=2, grad_accum_steps=2, snapshot_interval=2
+    )
+    result = run_training_job(config, synthetic_set)
+    assert result.optimizer_steps == 4
+    assert sorted(result.snapshots) == [2, 4]
+    second, fourth, final = (adapter_weights(p) for p in (result.snapshots[2], result.snapshots[4], result.adapter_dir))
+    key = next(k for k in final if "lora_B" in k)  # lora_B starts at zero: every step moves it
+    assert not torch.equal(second[key], fourth[key])
+    assert all(torch.equal(fourth[k], final[k]) for k in final)  # the last snapshot is the published adapter
+    assert not run_training_job(tiny_config(tmp_path / "off", rollout_batch_size=8), synthetic_set).snapshots
+    with pytest.raises(TrainingError, match="snapshot_interval"):
+        tiny_config(tmp_path / "bad", snapshot_interval=-1)

@@ -10,7 +10,10 @@ GRPO-style group normalisation needs several runs of one task; live traffic has 
   nearest llm_call at or before it;
 - A_k = sum_{j>=k} process_gamma^(j-k) * r_j + gamma^(K-1-k) * (R - b): the outcome's advantage is
   discounted backwards over turns; step rewards by process_gamma, 0 by default, so a judgement stays
-  on the turn it judges (summing them let later mistakes push down an earlier correct call).
+  on the turn it judges (summing them let later mistakes push down an earlier correct call);
+- negative advantages can be scaled down (`negative_scale` < 1, asymmetric REINFORCE / self-imitation
+  style): on a small model, a batch of mostly failed samples otherwise lowers the tokens that failed
+  and successful calls share (the JSON frame, argument keys) along with the mistakes.
 
 Simplifications, stated: no learned value function; the EMA baselines used for a batch are the
 ones from before it (then updated with its rewards, in order); a cluster never seen before uses the
@@ -180,13 +183,15 @@ def compute_turn_advantages(
     process_gamma: float | None = None,
     group_by_task: bool = True,
     scale: bool = False,
+    negative_scale: float = 1.0,
 ) -> dict[str, dict[str, float]]:
     """Advantage per (trajectory_id, llm step id). Episodes without an outcome get none.
 
     The outcome's part is discounted by `gamma`; step-level rewards by `process_gamma` (None: the
     same gamma). process_gamma=0 credits a step judgement to its own turn only, so three wrong tool
     calls do not add up to a large negative advantage on the first turn's (often correct) tokens.
-    Updates `baselines` with the batch's outcomes afterwards."""
+    `negative_scale` multiplies every negative advantage (after `scale`). Updates `baselines` with the
+    batch's outcomes afterwards."""
     scored = [e for e in episodes if e.outcome is not None and e.turn_ids]
     outcomes = [float(e.outcome) for e in scored]  # type: ignore[arg-type]
     by_task: dict[str, list[int]] = defaultdict(list)
@@ -225,6 +230,8 @@ def compute_turn_advantages(
         spread = statistics.pstdev(flat) if len(flat) >= 2 else 0.0
         if spread > 1e-6:
             result = {t: {s: a / spread for s, a in turns.items()} for t, turns in result.items()}
+    if negative_scale != 1.0:
+        result = {t: {s: a * negative_scale if a < 0 else a for s, a in turns.items()} for t, turns in result.items()}
     for i, e in enumerate(scored):
         baselines.update(e.cluster, outcomes[i])
     return result

@@ -91,6 +91,11 @@ class RLConfig:
         True, "When several runs share a task_id (replay), use their group mean as the baseline (GRPO-style)."
     )
     scale_advantages: bool = _f(False, "Divide advantages by their batch standard deviation (off: Dr.GRPO style).")
+    negative_advantage_scale: float = _f(
+        1.0,
+        "Multiply negative advantages by this (1.0: symmetric). Below 1 the update leans on what worked: a batch "
+        "of mostly failures then cannot push down the tokens that failed and successful calls share.",
+    )
 
     # --- data rules
     harness_version: str | None = _f(None, "Only train on trajectories recorded under this harness version.")
@@ -123,6 +128,11 @@ class RLConfig:
     output_dir: str = _f("runs/rl", "Job directory: checkpoints/, adapter/, metrics.jsonl, manifest.")
     checkpoint_interval: int = _f(1, "Save a resumable checkpoint every this many PPO iterations (0: only at the end).")
     keep_checkpoints: int = _f(2, "How many recent checkpoints to keep.")
+    snapshot_interval: int = _f(
+        0,
+        "Also save the adapter alone every this many optimizer steps (snapshots/step_NNNNN; 0: never), so a "
+        "gate can publish an earlier point of the job when the last one overshoots.",
+    )
     progress: bool = _f(True, "Show Rich progress bars (main process only).")
 
     def __post_init__(self) -> None:
@@ -149,6 +159,10 @@ class RLConfig:
             problems.append("gamma must be in [0, 1]")
         if self.process_gamma is not None and not 0 <= self.process_gamma <= 1:
             problems.append("process_gamma must be in [0, 1]")
+        if self.snapshot_interval < 0:
+            problems.append("snapshot_interval must be >= 0")
+        if not 0 <= self.negative_advantage_scale <= 1:
+            problems.append("negative_advantage_scale must be in [0, 1]")
         if problems:
             raise TrainingError("invalid training config: " + "; ".join(problems))
 

@@ -67,6 +67,7 @@ class TrainingResult:
     data: dict[str, Any] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
     resumed_from: str | None = None
+    snapshots: dict[int, str] = field(default_factory=dict)
 
 
 class JobState:
@@ -405,6 +406,9 @@ def train_on_samples(
                             progress.advance(task)
                     sums = accelerator.reduce(sums, reduction="sum")
                     job_state.optimizer_steps += 1
+                    every = config.snapshot_interval
+                    if every > 0 and job_state.optimizer_steps % every == 0:
+                        _save_adapter(accelerator, model, _snapshot_dir(out, job_state.optimizer_steps))
                     job_state.tokens += int(sequence_tokens)
                     n = max(generated_tokens, 1.0)
                     elapsed = time.perf_counter() - started
@@ -483,6 +487,23 @@ def _progress(accelerator: Accelerator, config: RLConfig, total: int):
         TimeElapsedColumn(),
     )
     return progress, progress.add_task("train", total=total)
+
+
+def _snapshot_dir(out: Path, step: int) -> Path:
+    return out / "snapshots" / f"step_{step:05d}"
+
+
+def _snapshots(out: Path) -> dict[int, str]:
+    root = out / "snapshots"
+    found = sorted(root.glob("step_*")) if root.is_dir() else []
+    return {int(path.name.removeprefix("step_")): str(path) for path in found}
+
+
+def _save_adapter(accelerator: Accelerator, model: Any, target: Path) -> None:
+    state = accelerator.get_state_dict(model)  # a collective under FSDP: every process calls it
+    if accelerator.is_main_process:
+        accelerator.unwrap_model(model).save_pretrained(str(target), state_dict=state)
+    accelerator.wait_for_everyone()
 
 
 def _checkpoint(accelerator: Accelerator, out: Path, iteration: int, keep: int) -> None:
@@ -581,9 +602,8 @@ def run_training_job(
         samples, config, job_state=job_state, accelerator=accelerator, resume_dir=checkpoint
     )
     adapter_dir = out / "adapter"
-    state = accelerator.get_state_dict(model)  # a collective under FSDP: every process calls it
+    _save_adapter(accelerator, model, adapter_dir)
     if accelerator.is_main_process:
-        accelerator.unwrap_model(model).save_pretrained(str(adapter_dir), state_dict=state)
         (out / "job_state.json").write_text(json.dumps(job_state.state_dict()))
     accelerator.wait_for_everyone()
     return TrainingResult(
@@ -597,6 +617,7 @@ def run_training_job(
         data=saved.get("data", {}),
         config=config.to_dict(),
         resumed_from=str(checkpoint) if checkpoint else None,
+        snapshots=_snapshots(out) if accelerator.is_main_process else {},
     )
 
 

@@ -292,6 +292,7 @@ def build_training_set(
         process_gamma=config.process_gamma,
         group_by_task=config.group_by_task,
         scale=config.scale_advantages,
+        negative_scale=config.negative_advantage_scale,
     )
     cluster_of = {e.trajectory_id: e.cluster for e in episodes}
     out: list[TrainingSample] = []
