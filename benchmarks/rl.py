@@ -343,9 +343,8 @@ def main() -> None:
             lora_name, gate = f"rl-round{r + 1}", None
             if validation:
                 t0 = time.perf_counter()
-                gate = _gate(run, validation, stack, serving, result, args.gate_points, r + 1)
+                gate, chosen_dir = _gate(run, validation, stack, serving, result, args.gate_points, r + 1)
                 phases[f"gate_r{r + 1}_s"] = time.perf_counter() - t0
-                chosen_dir = gate.pop("chosen_adapter_dir")
                 chosen = None if chosen_dir is None else dataclasses.replace(result, adapter_dir=chosen_dir)
             else:
                 chosen = result
@@ -400,27 +399,27 @@ def main() -> None:
     console.print(f"wrote {out}")
 
 
-def _gate(run, validation, stack, serving, result, points: int, round_no: int) -> dict[str, Any]:
+def _gate(run, validation, stack, serving, result, points: int, round_no: int) -> tuple[dict[str, Any], str | None]:
     """Pick the step of the job to publish, on validation tickets the job never trained on.
 
     The served policy and evenly spaced snapshots of the job (the last step included) run the same
     tickets greedily. A step passes when it solves more tickets than the served policy and no intent
     loses more than one ticket (one intent improving while another collapses is the failure this
     catches); the passing step with most successes wins, the earliest on a tie. None passing: the
-    round publishes nothing and the served policy stays."""
+    round publishes nothing and the served policy stays. Returns the verdict and the chosen adapter."""
     from evolvable.trainer.publish import load_lora
 
     snapshots = {**result.snapshots, result.optimizer_steps: result.adapter_dir}
     last = result.optimizer_steps
     steps = sorted({max(1, round(last * k / points)) for k in range(1, points + 1)} & set(snapshots))
     base = run(f"validation ({serving})", validation, stack.policy_v1, serving, record=False)
-    base_intents = {k: round(v.rate * v.n) for k, v in base.per_intent.items()}
+    base_intents = {k: v.successes for k, v in base.per_intent.items()}
     candidates: dict[str, dict[str, Any]] = {}
     for step in steps:
         name = f"rl-round{round_no}-step{step}"
         load_lora(stack.policy_server.url, name, str(Path(snapshots[step]).resolve()))
         report = run(f"validation (step {step})", validation, stack.policy_v1, name, record=False)
-        intents = {k: round(v.rate * v.n) for k, v in report.per_intent.items()}
+        intents = {k: v.successes for k, v in report.per_intent.items()}
         solved = sum(intents.values())
         worst = min(intents.get(k, 0) - n for k, n in base_intents.items())
         candidates[str(step)] = {
@@ -430,14 +429,14 @@ def _gate(run, validation, stack, serving, result, points: int, round_no: int) -
         }
     passing = [int(s) for s, c in candidates.items() if c["passed"]]
     chosen = max(passing, key=lambda s: (candidates[str(s)]["solved"], -s)) if passing else None
-    return {
-        "chosen_adapter_dir": snapshots[chosen] if chosen is not None else None,  # dropped from the report
+    verdict = {
         "tickets": len(validation),
         "base_solved": sum(base_intents.values()),
         "base_per_intent": base_intents,
         "candidates": candidates,
         "chosen_step": chosen,
     }
+    return verdict, (snapshots[chosen] if chosen is not None else None)
 
 
 def _report(args, before, after, safety_before, safety_after, rounds, skipped, serving) -> dict[str, Any]:
