@@ -33,7 +33,6 @@ from evolvable.control.evolvers import default_evolvers
 from evolvable.control.evolvers.memory import MemoryEvolver
 from evolvable.control.gates import GateConfig, ReplaySuite
 from evolvable.control.models import Lever, PolicySpec, VersionKind, VersionState
-from evolvable.control.replay import SupportDeskRunner
 from evolvable.control.rollout import CanaryConfig
 from evolvable.control.router import HarnessRouter
 from evolvable.control.runtime import ControlConfig, ControlPlane
@@ -42,6 +41,7 @@ from evolvable.policy_server.launcher import policy_server
 from evolvable.protocol.models import new_id, utcnow
 from evolvable.store import Store
 from evolvable.workloads.support_desk.harnesses import AGENT_NAME, weak_harness
+from evolvable.workloads.support_desk.replay import SupportDeskRunner
 from evolvable.workloads.support_desk.tasks import generate_tasks
 
 RESULTS = Path(__file__).parent / "results" / "evolution.json"

@@ -13,8 +13,8 @@ from rich.progress import Progress
 from tests.workloads.mock_openai import MockOpenAI
 
 from evolvable.control.models import Lever
-from evolvable.control.replay import SupportDeskRunner
 from evolvable.workloads.support_desk.harnesses import oracle_outputs
+from evolvable.workloads.support_desk.replay import SupportDeskRunner
 from evolvable.workloads.support_desk.tasks import generate_tasks
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "evolution.py"

@@ -11,10 +11,10 @@ import pytest
 from tests.workloads.mock_openai import MockOpenAI
 
 from evolvable.control.exploration import Explorer
-from evolvable.control.replay import SupportDeskRunner
 from evolvable.protocol.models import ChatMessage
 from evolvable.workloads.support_desk import default_harness, generate_tasks, make_task
 from evolvable.workloads.support_desk.explore import SearchExplorer, argument_kind, grounded_values
+from evolvable.workloads.support_desk.replay import SupportDeskRunner
 
 TASKS = generate_tasks("train", 12, seed=3)
 ORDER_STATUS = next(t for t in TASKS if t.intent == "order_status")

@@ -96,11 +96,10 @@ def _progress(console: Console) -> Progress:
 def run_demo(cfg: DemoConfig, console: Console | None = None) -> dict[str, Any]:
     """Run the loop and write the report folder; returns the summary that summary.json holds."""
     from evolvable.control.api import create_control_router
-    from evolvable.control.gates import ReplaySuite
     from evolvable.control.models import PolicySpec, VersionKind, VersionState
-    from evolvable.control.replay import SupportDeskRunner
     from evolvable.control.router import HarnessRouter
     from evolvable.control.runtime import ControlPlane
+    from evolvable.control.workloads import WorkloadContext, load_entry_point
     from evolvable.demo.report import write_report
     from evolvable.demo.services import ProxyServer, embedded_tokenizers, policy_server
     from evolvable.demo.tuning import control_config, evolvers, exemplar_redactor
@@ -115,8 +114,6 @@ def run_demo(cfg: DemoConfig, console: Console | None = None) -> dict[str, Any]:
     cfg.report_dir.mkdir(parents=True, exist_ok=True)
     store = Store.open(f"sqlite:///{cfg.report_dir / 'evolvable.db'}")
     report_set = generate_tasks("holdout", cfg.report_tasks, seed=cfg.seed)
-    gate_set = generate_tasks("holdout", cfg.gate_tasks, seed=cfg.seed + 1000)
-    safety_set = generate_tasks("safety", cfg.safety_tasks, seed=cfg.seed)
     train_set = generate_tasks("train", cfg.rounds * cfg.round_size, seed=cfg.seed)
     eval_kw: dict[str, Any] = {"max_tokens": cfg.max_tokens, "max_turns": cfg.max_turns, "concurrency": cfg.concurrency}
 
@@ -124,18 +121,21 @@ def run_demo(cfg: DemoConfig, console: Console | None = None) -> dict[str, Any]:
         resources.callback(store.close)
         with console.status("starting the embedded policy server (the first start converts the model, ~30 s)"):
             endpoint = resources.enter_context(policy_server(cfg.model, cfg.report_dir / "policy_server.log"))
-        runner = SupportDeskRunner(
-            endpoint,
-            cfg.model,
-            concurrency=cfg.concurrency,
-            max_turns=cfg.max_turns,
-            max_tokens=cfg.max_tokens,
-            explore_max_episodes=cfg.explore_max_episodes,
-            sanitize=exemplar_redactor(),
-        )
+        workload_options = {
+            "seed": cfg.seed,
+            "gate_tasks": cfg.gate_tasks,
+            "safety_tasks": cfg.safety_tasks,
+            "concurrency": cfg.concurrency,
+            "max_turns": cfg.max_turns,
+            "max_tokens": cfg.max_tokens,
+            "explore_max_episodes": cfg.explore_max_episodes,
+        }
+        context = WorkloadContext(endpoint, cfg.model, sanitize=exemplar_redactor(), options=workload_options)
+        suite = load_entry_point("support_desk").suite(context)
         router = HarnessRouter(store.engine, refresh_interval_s=1.0)
         plane = ControlPlane(store, config=control_config(cfg), router=router, evolvers=evolvers(cfg, endpoint))
-        plane.register_suite(AGENT_NAME, ReplaySuite(runner, gate_set, safety_set))
+        plane.register_suite(AGENT_NAME, suite)
+        safety_set = suite.safety
         start_harness = weak_harness() if cfg.start == "weak" else default_harness()
         plane.bootstrap(start_harness, PolicySpec(base_model=cfg.model))
 
