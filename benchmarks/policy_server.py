@@ -175,7 +175,7 @@ def main() -> None:
     from rich.progress import Progress
     from rich.table import Table
 
-    from evolvable.policy_server.model_loading import load_base_model
+    from evolvable.model_loading import load_base_model
 
     console = Console()
     rows: list[dict[str, Any]] = []

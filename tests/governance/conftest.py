@@ -23,7 +23,7 @@ def store(db_url: str) -> Iterator[Store]:
 def smollm2_tokenizer_json(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The embedded model's tokenizer.json: from the model cache (written by the first model load), else
     extracted once from the GGUF inside the installed model package (no weights are loaded)."""
-    from evolvable.policy_server.model_loading import cached_model_dir, gguf_path
+    from evolvable.model_loading import cached_model_dir, gguf_path
 
     cached = cached_model_dir() / "tokenizer.json"
     if cached.is_file():

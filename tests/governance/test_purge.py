@@ -11,11 +11,12 @@ import pytest
 from evolvable.errors import GovernanceError, NotFound
 from evolvable.governance.audit import AuditAction, AuditLog
 from evolvable.governance.datasets import DatasetCatalog
-from evolvable.governance.purge import Purger, PurgeRequest, offline_spool_purger
+from evolvable.governance.purge import Purger, PurgeRequest
 from evolvable.governance.retention import RetentionJob
 from evolvable.governance.tenants import TenantDirectory
 from evolvable.protocol.models import utcnow
 from evolvable.proxy.spool import Spool
+from evolvable.proxy.spool_purger import offline_spool_purger
 from evolvable.store import Store, TrajectoryFilter
 
 from .builders import make_trajectory

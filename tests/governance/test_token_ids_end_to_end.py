@@ -13,7 +13,7 @@ from tokenizers import Tokenizer
 
 from evolvable.demo.services import ProxyServer, embedded_tokenizers, policy_server
 from evolvable.governance import Governance
-from evolvable.policy_server.model_loading import cached_model_dir
+from evolvable.model_loading import cached_model_dir
 from evolvable.protocol.converters.rl_samples import trajectory_to_samples
 from evolvable.protocol.models import Trajectory
 from evolvable.proxy.app import create_app

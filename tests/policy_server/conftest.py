@@ -15,7 +15,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 @pytest.fixture(scope="session")
 def base_model() -> tuple[Any, Any]:
-    from evolvable.policy_server.model_loading import load_base_model
+    from evolvable.model_loading import load_base_model
 
     return load_base_model()
 

@@ -23,7 +23,7 @@ def adapter_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import torch
     from peft import LoraConfig, get_peft_model
 
-    from evolvable.policy_server.model_loading import load_base_model
+    from evolvable.model_loading import load_base_model
 
     torch.manual_seed(0)
     model, _ = load_base_model()
@@ -37,7 +37,7 @@ def adapter_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def lora_served() -> Iterator[Served]:
     """A server over its own model instance: loading adapters injects LoRA layers into the model in place."""
-    from evolvable.policy_server.model_loading import load_base_model
+    from evolvable.model_loading import load_base_model
 
     with serve(*load_base_model()) as running:
         yield running

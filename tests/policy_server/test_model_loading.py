@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from evolvable import model_loading
 from evolvable.errors import EvolvableError
-from evolvable.policy_server import model_loading
-from evolvable.policy_server.model_loading import MODELS, ModelSpec, cached_model_dir, gguf_path, load_base_model
+from evolvable.model_loading import MODELS, ModelSpec, cached_model_dir, gguf_path, load_base_model
 from evolvable.settings import Settings
 
 

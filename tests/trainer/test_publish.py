@@ -12,12 +12,13 @@ from typing import ClassVar
 import pytest
 
 from evolvable.control.models import VersionState
+from evolvable.control.policies import adapter_registrar, version_chain
 from evolvable.control.registry import Registry
 from evolvable.errors import TrainingError, UpstreamError
 from evolvable.store import Store
 from evolvable.trainer.config import RLConfig
 from evolvable.trainer.loop import TrainingResult, run_training_job
-from evolvable.trainer.publish import manifest_for, manifest_path, publish, read_manifest, version_chain
+from evolvable.trainer.publish import manifest_for, manifest_path, publish, read_manifest
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +81,7 @@ def test_manifest_records_lineage(trained: TrainingResult) -> None:
 
 def test_registers_a_candidate_policy_version(db_url: str, trained: TrainingResult) -> None:
     registry = Registry(Store.open(db_url).engine)
-    first = publish(trained.adapter_dir, manifest_for(trained, agent="support"), registry=registry)
+    first = publish(trained.adapter_dir, manifest_for(trained, agent="support"), register=adapter_registrar(registry))
     record = registry.get(first.policy_version)
     assert record.state == VersionState.candidate and record.agent == "support"
     assert record.policy().adapter_path == str(Path(trained.adapter_dir).resolve())
@@ -89,7 +90,7 @@ def test_registers_a_candidate_policy_version(db_url: str, trained: TrainingResu
     child = publish(
         trained.adapter_dir,
         manifest_for(trained, agent="support", parent_policy_version=record.id, lora_name="child"),
-        registry=registry,
+        register=adapter_registrar(registry),
     )
     assert version_chain(registry, child.policy_version) == [record.id, child.policy_version]
 

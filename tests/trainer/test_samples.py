@@ -149,8 +149,10 @@ def test_dataset_snapshot_source(db_url: str, synthetic_set) -> None:
     store = Store.open(db_url)
     for t in synthetic_set[:5]:
         store.put_trajectory(t)
-    info = DatasetCatalog(store).create("rl-train", dedup="none")
-    got = list(iter_trajectories(DatasetSource("rl-train", db_url)))
+    catalog = DatasetCatalog(store)
+    info = catalog.create("rl-train", dedup="none")
+    source = DatasetSource(info.name, info.version, info.id, info.content_hash, lambda: catalog.iter_items(info.id))
+    got = list(iter_trajectories(source))
     assert len(got) == info.counts.get("items", len(got)) and 0 < len(got) <= 5
-    lineage = describe_source(DatasetSource("rl-train", db_url))
+    lineage = describe_source(source)
     assert lineage["kind"] == "dataset" and lineage["dataset_id"] == info.id and lineage["content_hash"]

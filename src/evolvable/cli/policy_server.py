@@ -35,9 +35,9 @@ def policy_server(
     from rich.console import Console
 
     from evolvable.errors import EvolvableError
+    from evolvable.model_loading import MODELS, load_base_model
     from evolvable.policy_server.app import create_app
     from evolvable.policy_server.engine import Engine
-    from evolvable.policy_server.model_loading import MODELS, load_base_model
 
     console = Console(stderr=True)
     if logprobs_mode not in ("raw", "processed"):

@@ -24,7 +24,8 @@ def purge(
     A running proxy holds its spool: purge through its API (POST /v1/admin/purge) instead."""
     from evolvable.cli._console import console, err_console
     from evolvable.errors import EvolvableError
-    from evolvable.governance.purge import Purger, PurgeRequest, offline_spool_purger
+    from evolvable.governance.purge import Purger, PurgeRequest
+    from evolvable.proxy.spool_purger import offline_spool_purger
     from evolvable.settings import get_settings
     from evolvable.store import Store
 

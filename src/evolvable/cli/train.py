@@ -32,7 +32,7 @@ def train(
 
     from evolvable.trainer.config import RLConfig
     from evolvable.trainer.loop import run_training_job
-    from evolvable.trainer.samples import DatasetSource, FileSource, StoreSource
+    from evolvable.trainer.samples import FileSource, StoreSource
 
     chosen = [x for x in (dataset, since, from_file, resume) if x is not None]
     if len(chosen) != 1:
@@ -41,7 +41,7 @@ def train(
     config = RLConfig.from_file(config_file, **overrides) if config_file else RLConfig.from_dict(overrides)
     source = None
     if dataset:
-        source = DatasetSource(dataset, db)
+        source = _dataset_source(dataset, db)
     elif from_file:
         source = FileSource(str(from_file))
     elif since:
@@ -61,13 +61,31 @@ def train(
     if result.adapter_dir is None:
         raise TrainingError("no usable samples: nothing was trained (see 'excluded' above)")
     if publish_adapter or server:
+        from evolvable.control.policies import adapter_registrar
         from evolvable.trainer.publish import manifest_for, publish
 
-        registry = _registry(db) if publish_adapter else None
+        register = adapter_registrar(_registry(db)) if publish_adapter else None
         published = publish(
-            result.adapter_dir, manifest_for(result, agent=agent or "default"), registry=registry, servers=server
+            result.adapter_dir, manifest_for(result, agent=agent or "default"), register=register, servers=server
         )
         console.print(f"published {published.manifest.lora_name}: policy version {published.policy_version or '-'}")
+
+
+def _dataset_source(name: str, db: str | None):
+    """The named governance dataset snapshot, resolved here so the trainer never opens governance."""
+    from evolvable.governance.datasets import DatasetCatalog
+    from evolvable.store import Store
+    from evolvable.trainer.samples import DatasetSource
+
+    catalog = DatasetCatalog(Store.open(db))
+    info = catalog.get(name)
+    return DatasetSource(
+        name=info.name,
+        version=info.version,
+        dataset_id=info.id,
+        content_hash=info.content_hash,
+        load=lambda: catalog.iter_items(info.id),
+    )
 
 
 def _since_filter(db: str | None, version: str, agent: str | None):

@@ -221,19 +221,3 @@ def _forget_sessions(conn: sa.Connection, request: PurgeRequest) -> None:
         clauses.append(table.c.created_at < request.started_before)
         clauses.append(table.c.status != "running")
     conn.execute(table.delete().where(sa.and_(*clauses)))
-
-
-def offline_spool_purger(directory: Any) -> SpoolPurger | None:
-    """Purge a spool directory no proxy is running on; None when there is no spool there."""
-    from pathlib import Path
-
-    path = Path(directory)
-    if not path.is_dir():
-        return None
-
-    def purge(predicate: Callable[[bytes], bool]) -> int:
-        from evolvable.proxy.spool import purge_spool
-
-        return purge_spool(path, predicate)
-
-    return purge

@@ -32,7 +32,7 @@ class RLConfig:
     # --- model and adapter
     base_model: str = _f(
         "smollm2-135m",
-        "Embedded base model name (evolvable.policy_server.model_loading.MODELS), a local model directory, "
+        "Embedded base model name (evolvable.model_loading.MODELS), a local model directory, "
         "or 'tiny-random-llama' (a tiny randomly initialised model for tests and smoke runs).",
     )
     init_adapter: str | None = _f(None, "Start from this LoRA adapter directory instead of a fresh adapter.")

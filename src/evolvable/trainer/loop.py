@@ -118,7 +118,7 @@ def load_policy_model(config: RLConfig) -> torch.nn.Module:
     elif Path(config.base_model).is_dir():
         model = AutoModelForCausalLM.from_pretrained(config.base_model, dtype=torch.float32, local_files_only=True)
     else:
-        from evolvable.policy_server.model_loading import load_base_model
+        from evolvable.model_loading import load_base_model
 
         model, _ = load_base_model(config.base_model)
     model.config.use_cache = False

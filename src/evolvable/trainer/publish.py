@@ -3,9 +3,9 @@
 The manifest (`<adapter_dir>.manifest.json`, next to the adapter directory, so the adapter's own
 files and hence its content digest never change) records what the adapter is
 made of: base model, parent policy version, the data it was trained on (source, filter, sample
-counts, exclusions by reason), the config and the metrics. With a registry
-(`evolvable.control.registry.Registry`) the adapter becomes a *candidate* policy version; the
-control plane's gates and canary decide whether it is ever served. Servers that speak vLLM's
+counts, exclusions by reason), the config and the metrics. The caller may register it (control
+does: the adapter becomes a *candidate* policy version, and the control plane's gates and canary
+decide whether it is ever served). Servers that speak vLLM's
 LoRA API (the embedded policy server, vLLM) get it via `POST /v1/load_lora_adapter`.
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,7 +33,6 @@ __all__ = [
     "manifest_path",
     "publish",
     "read_manifest",
-    "version_chain",
 ]
 
 MANIFEST_SCHEMA = "evolvable.published_adapter/1"
@@ -134,35 +134,23 @@ def publish(
     adapter_dir: str | Path,
     manifest: PublishedAdapter,
     *,
-    registry: Any | None = None,
+    register: Callable[[PublishedAdapter], str] | None = None,
     servers: list[str] | None = None,
-    created_by: str = "trainer",
 ) -> PublishResult:
-    """Write the manifest next to the adapter, register a candidate policy version, hot-load servers.
+    """Write the manifest next to the adapter, register it (through the caller's `register`), hot-load servers.
 
-    `registry` is an `evolvable.control.registry.Registry` (or None: manifest only). Every server
-    must load the adapter; the first refusal raises UpstreamError (the version stays a candidate,
-    which is never served until the control plane moves it on).
+    The trainer never knows the registry: `register` (e.g. `evolvable.control.policies.adapter_registrar`)
+    records the manifest as a candidate policy version and returns its id. Every server must load the
+    adapter; the first refusal raises UpstreamError (the version stays a candidate, which is never
+    served until the control plane moves it on).
     """
     adapter_dir = Path(adapter_dir).resolve()
     if not (adapter_dir / "adapter_config.json").is_file():
         raise TrainingError(f"{adapter_dir} is not a PEFT adapter directory (no adapter_config.json)")
     manifest.adapter_path = str(adapter_dir)
     manifest.digest = manifest.digest or adapter_digest(adapter_dir)
-    if registry is not None:
-        from evolvable.control.models import PolicySpec
-
-        record = registry.register_policy(
-            manifest.agent,
-            PolicySpec(base_model=manifest.base_model, lora_name=manifest.lora_name, adapter_path=str(adapter_dir)),
-            parent=manifest.parent_policy_version,
-            note=f"RL adapter trained on {manifest.data.get('sample_stats', {}).get('samples', '?')} samples",
-            created_by=created_by,
-            data_snapshot=json.dumps({k: v for k, v in manifest.data.items() if k != "sample_stats"}, sort_keys=True),
-            config=manifest.config,
-            metrics={**manifest.metrics, "sample_stats": manifest.data.get("sample_stats", {})},
-        )
-        manifest.policy_version = record.id
+    if register is not None:
+        manifest.policy_version = register(manifest)
     path = manifest_path(adapter_dir)
     path.write_text(json.dumps(asdict(manifest), indent=2, default=str))
     loaded = []
@@ -172,8 +160,3 @@ def publish(
     return PublishResult(
         manifest=manifest, manifest_path=str(path), policy_version=manifest.policy_version, loaded=loaded
     )
-
-
-def version_chain(registry: Any, current_policy_version: str) -> list[str]:
-    """Policy versions oldest to newest ending at `current_policy_version` (for RLConfig.policy_versions)."""
-    return [record.id for record in reversed(registry.lineage(current_policy_version))]

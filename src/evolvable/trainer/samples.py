@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -117,10 +117,15 @@ class FileSource:
 
 @dataclass(frozen=True)
 class DatasetSource:
-    """A named, immutable dataset snapshot from governance curation."""
+    """A named, immutable dataset snapshot the caller resolved (governance curation owns datasets;
+    the trainer only reads the trajectories it is handed and records their identity as lineage)."""
 
     name: str
-    url: str | None = None
+    version: int
+    dataset_id: str
+    content_hash: str
+    load: Callable[[], Iterable[Trajectory]] = field(compare=False, repr=False)
+    """Reads the snapshot's frozen trajectories; called once per pass."""
 
 
 SamplesSource = StoreSource | FileSource | DatasetSource | Iterable[Trajectory]
@@ -138,13 +143,12 @@ def describe_source(source: SamplesSource) -> dict[str, Any]:
     if isinstance(source, FileSource):
         return {"kind": "file", "path": source.path}
     if isinstance(source, DatasetSource):
-        info = _dataset_catalog(source).get(source.name)
         return {
             "kind": "dataset",
-            "name": info.name,
-            "version": info.version,
-            "dataset_id": info.id,
-            "content_hash": info.content_hash,
+            "name": source.name,
+            "version": source.version,
+            "dataset_id": source.dataset_id,
+            "content_hash": source.content_hash,
         }
     return {"kind": "memory"}
 
@@ -178,25 +182,9 @@ def iter_trajectories(source: SamplesSource) -> Iterator[Trajectory]:
                 except ValueError as err:
                     raise TrainingError(f"{path}:{number}: not an ATDP trajectory: {err}") from None
     elif isinstance(source, DatasetSource):
-        yield from _dataset_trajectories(source)
+        yield from source.load()
     else:
         yield from source
-
-
-def _dataset_catalog(source: DatasetSource) -> Any:
-    try:
-        from evolvable.governance.datasets import DatasetCatalog
-    except ImportError:
-        raise TrainingError("named datasets need the governance component (evolvable.governance.datasets)") from None
-    from evolvable.store import Store
-
-    return DatasetCatalog(Store.open(source.url))
-
-
-def _dataset_trajectories(source: DatasetSource) -> Iterator[Trajectory]:
-    """A dataset snapshot is immutable: its own frozen copies of the trajectories are read."""
-    catalog = _dataset_catalog(source)
-    yield from catalog.iter_items(catalog.get(source.name).id)
 
 
 # ----------------------------------------------------------------------------- the rules

@@ -83,7 +83,7 @@ class WeightsEvolver:
             metrics=result.metrics,
         )
         try:
-            publish(result.adapter_dir, manifest, registry=None, servers=list(self.servers))
+            publish(result.adapter_dir, manifest, servers=list(self.servers))
         except Exception as err:
             raise LeverUnavailable(f"weights lever: adapter trained but not loadable: {err}") from err
         return PolicyCandidate(

