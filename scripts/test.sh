@@ -5,6 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+# Static checks first: lint, and the layer contract (docs/ARCHITECTURE.md) that a wrong import breaks.
+.venv/bin/ruff check src tests benchmarks
+.venv/bin/lint-imports
 set +e
 .venv/bin/python -m pytest "$@"
 code=$?
