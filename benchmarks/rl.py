@@ -400,43 +400,28 @@ def main() -> None:
 
 
 def _gate(run, validation, stack, serving, result, points: int, round_no: int) -> tuple[dict[str, Any], str | None]:
-    """Pick the step of the job to publish, on validation tickets the job never trained on.
-
-    The served policy and evenly spaced snapshots of the job (the last step included) run the same
-    tickets greedily. A step passes when it solves more tickets than the served policy and no intent
-    loses more than one ticket (one intent improving while another collapses is the failure this
-    catches); the passing step with most successes wins, the earliest on a tie. None passing: the
-    round publishes nothing and the served policy stays. Returns the verdict and the chosen adapter."""
+    """Pick the step of the job to publish, on validation tickets the job never trained on: the
+    product's weights-lever rule (`evolvable.control.snapshot_gate`). Returns the verdict and the
+    chosen adapter (None: the round publishes nothing and the served policy stays)."""
+    from evolvable.control.gates import TaskOutcome
+    from evolvable.control.snapshot_gate import SnapshotGateConfig, gate_snapshots
     from evolvable.trainer.publish import load_lora
 
     snapshots = {**result.snapshots, result.optimizer_steps: result.adapter_dir}
-    last = result.optimizer_steps
-    steps = sorted({max(1, round(last * k / points)) for k in range(1, points + 1)} & set(snapshots))
-    base = run(f"validation ({serving})", validation, stack.policy_v1, serving, record=False)
-    base_intents = {k: v.successes for k, v in base.per_intent.items()}
-    candidates: dict[str, dict[str, Any]] = {}
-    for step in steps:
-        name = f"rl-round{round_no}-step{step}"
-        load_lora(stack.policy_server.url, name, str(Path(snapshots[step]).resolve()))
-        report = run(f"validation (step {step})", validation, stack.policy_v1, name, record=False)
-        intents = {k: v.successes for k, v in report.per_intent.items()}
-        solved = sum(intents.values())
-        worst = min(intents.get(k, 0) - n for k, n in base_intents.items())
-        candidates[str(step)] = {
-            "solved": solved,
-            "per_intent": intents,
-            "passed": solved > sum(base_intents.values()) and worst >= -1,
-        }
-    passing = [int(s) for s, c in candidates.items() if c["passed"]]
-    chosen = max(passing, key=lambda s: (candidates[str(s)]["solved"], -s)) if passing else None
-    verdict = {
-        "tickets": len(validation),
-        "base_solved": sum(base_intents.values()),
-        "base_per_intent": base_intents,
-        "candidates": candidates,
-        "chosen_step": chosen,
-    }
-    return verdict, (snapshots[chosen] if chosen is not None else None)
+
+    def evaluate(adapter: str | None) -> list[TaskOutcome]:
+        if adapter is None:
+            name, label = serving, f"validation ({serving})"
+        else:
+            step = next(s for s, path in snapshots.items() if path == adapter)
+            name, label = f"rl-round{round_no}-step{step}", f"validation (step {step})"
+            load_lora(stack.policy_server.url, name, str(Path(adapter).resolve()))
+        report = run(label, validation, stack.policy_v1, name, record=False)
+        return [TaskOutcome(task_id=e.task_id, cluster=e.intent, success=e.success) for e in report.episodes]
+
+    verdict = gate_snapshots(evaluate, snapshots, result.optimizer_steps, SnapshotGateConfig(points=points))
+    chosen = verdict.chosen_step
+    return verdict.to_dict(), (snapshots[chosen] if chosen is not None else None)
 
 
 def _report(args, before, after, safety_before, safety_after, rounds, skipped, serving) -> dict[str, Any]:
@@ -562,7 +547,7 @@ def _table(report: dict[str, Any]) -> Any:
             tried = ", ".join(f"step {s}: {c['solved']}" for s, c in gate["candidates"].items())
             verdict = f"published step {gate['chosen_step']}" if r["published"] else "published nothing"
             table.add_row(
-                f"  gate ({gate['tickets']} validation tickets)", f"served: {gate['base_solved']}", tried, verdict
+                f"  gate ({gate['tasks']} validation tickets)", f"served: {gate['base_solved']}", tried, verdict
             )
     minutes = report["total_s"] / 60
     table.add_row("wall time (process CPU time)", "", "", f"{minutes:.1f} min ({report['process_cpu_s'] / 60:.1f} min)")
