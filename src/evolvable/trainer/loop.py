@@ -22,11 +22,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import random
 import shutil
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -512,12 +513,13 @@ def _checkpoint(accelerator: Accelerator, out: Path, iteration: int, keep: int) 
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         (target / "COMPLETE").write_text("ok\n")  # a crash mid-save leaves no marker: never resumed from
-        for old in _checkpoints(out)[:-keep] if keep > 0 else []:
+        for old in completed_checkpoints(out)[:-keep] if keep > 0 else []:
             shutil.rmtree(old, ignore_errors=True)
     accelerator.wait_for_everyone()
 
 
-def _checkpoints(out: Path) -> list[Path]:
+def completed_checkpoints(out: Path) -> list[Path]:
+    """Checkpoints of a job directory that were written to the end, oldest first."""
     root = out / "checkpoints"
     return sorted(p for p in root.glob("iter_*") if (p / "COMPLETE").is_file()) if root.is_dir() else []
 
@@ -556,14 +558,14 @@ def run_training_job(
     running = RunningBaselines(rate=config.baseline_ema)
     if baselines:
         running.load_state_dict(baselines)
-    checkpoint = _checkpoints(out)[-1] if resume and _checkpoints(out) else None
+    checkpoint = completed_checkpoints(out)[-1] if resume and completed_checkpoints(out) else None
     if resume and not samples_file.is_file():
         raise TrainingError(f"cannot resume: {samples_file} does not exist (was the job started there?)")
 
     if not resume:
         if samples_source is None:
             raise TrainingError("a training job needs a samples source (store filter, file or dataset)")
-        if samples_file.exists() or _checkpoints(out):
+        if samples_file.exists() or completed_checkpoints(out):
             raise TrainingError(f"{out} already holds a job; resume it or choose another output_dir")
         accelerator.wait_for_everyone()  # every process checked before the main one writes
         if accelerator.is_main_process:
@@ -622,9 +624,13 @@ def run_training_job(
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point for `torchrun` / `accelerate launch`: a config file and a source."""
+    """Entry point for `accelerate launch` / `torchrun` / a scheduler: a config file and a source.
+
+    The main process leaves a marker in the output directory when the job ends, so whoever launched
+    it (possibly on another machine, or a restarted `serve`) learns the outcome from files alone:
+    `result.json` (the TrainingResult) on success, `error.json` on failure."""
     parser = argparse.ArgumentParser(description="Evolvable RL trainer (decoupled PPO, LoRA).")
-    parser.add_argument("--config", help="YAML or TOML RLConfig file")
+    parser.add_argument("--config", help="YAML, JSON or TOML RLConfig file")
     parser.add_argument("--from-file", help="ATDP trajectories JSONL")
     parser.add_argument("--db", help="store URL; trains on its trajectories (all, or --agent)")
     parser.add_argument("--agent", help="only this agent's trajectories (with --db)")
@@ -640,9 +646,26 @@ def main(argv: list[str] | None = None) -> None:
         source = FileSource(args.from_file)
     elif args.db:
         source = StoreSource(args.db, {"agent": args.agent} if args.agent else None)
-    result = run_training_job(config, source, resume=args.resume)
-    if result.adapter_dir:
+    out = Path(config.output_dir)
+    try:
+        result = run_training_job(config, source, resume=args.resume)
+    except BaseException as err:
+        if _is_main_process():
+            out.mkdir(parents=True, exist_ok=True)
+            (out / ERROR_MARKER).write_text(json.dumps({"error": f"{type(err).__name__}: {err}"}))
+        raise
+    if _is_main_process():
+        (out / RESULT_MARKER).write_text(json.dumps(asdict(result), default=str))
         print(json.dumps({"adapter_dir": result.adapter_dir, "metrics": result.metrics}))
+
+
+RESULT_MARKER = "result.json"
+ERROR_MARKER = "error.json"
+
+
+def _is_main_process() -> bool:
+    """Rank 0 of a distributed launch (RANK is set by torchrun and accelerate), or a plain process."""
+    return os.environ.get("RANK", "0") == "0"
 
 
 if __name__ == "__main__":
