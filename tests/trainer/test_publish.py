@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import ClassVar
 
 import pytest
+from tests.support.lora_server import LoraServerState, fake_lora_server
 
 from evolvable.control.models import VersionState
 from evolvable.control.policies import adapter_registrar, version_chain
@@ -38,32 +36,10 @@ def trained(tmp_path_factory: pytest.TempPathFactory, trajectory_factory) -> Tra
     return run_training_job(config, runs)
 
 
-class _LoraServer(BaseHTTPRequestHandler):
-    received: ClassVar[list[tuple[str, dict]]] = []
-    refuse = False
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).received.append((self.path, body))
-        status = 400 if type(self).refuse else 200
-        payload = b'{"error": {"message": "bad adapter"}}' if status == 400 else b"Success"
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
-def lora_server() -> Iterator[str]:
-    _LoraServer.received, _LoraServer.refuse = [], False
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _LoraServer)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+def lora_server() -> Iterator[LoraServerState]:
+    with fake_lora_server() as server:
+        yield server
 
 
 def test_manifest_records_lineage(trained: TrainingResult) -> None:
@@ -95,17 +71,18 @@ def test_registers_a_candidate_policy_version(db_url: str, trained: TrainingResu
     assert version_chain(registry, child.policy_version) == [record.id, child.policy_version]
 
 
-def test_hot_loads_into_every_server(trained: TrainingResult, lora_server: str) -> None:
+def test_hot_loads_into_every_server(trained: TrainingResult, lora_server: LoraServerState) -> None:
     manifest = manifest_for(trained, lora_name="rl-1")
-    result = publish(trained.adapter_dir, manifest, servers=[lora_server, lora_server + "/v1"])
-    assert result.loaded == [lora_server, lora_server + "/v1"]
+    url = lora_server.url
+    result = publish(trained.adapter_dir, manifest, servers=[url, url + "/v1"])
+    assert result.loaded == [url, url + "/v1"]
     assert (
-        _LoraServer.received
+        lora_server.received
         == [("/v1/load_lora_adapter", {"lora_name": "rl-1", "lora_path": str(Path(trained.adapter_dir).resolve())})] * 2
     )
-    _LoraServer.refuse = True
+    lora_server.refuse = True
     with pytest.raises(UpstreamError, match="refused adapter rl-1"):
-        publish(trained.adapter_dir, manifest, servers=[lora_server])
+        publish(trained.adapter_dir, manifest, servers=[url])
 
 
 def test_refuses_a_directory_that_is_not_an_adapter(tmp_path: Path, trained: TrainingResult) -> None:

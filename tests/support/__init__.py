@@ -1,0 +1,1 @@
+"""Helpers shared by test packages (fakes of external servers, builders). Not tests themselves."""
