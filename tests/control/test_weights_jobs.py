@@ -103,8 +103,10 @@ def test_a_tick_never_waits_and_the_best_gated_snapshot_is_published(store, tmp_
     last = max(int(s) for s in gate["candidates"])
     assert gate["chosen_step"] == last and gate["base_solved"] == 1
     assert runner.calls[0] is None and len(runner.calls) == 1 + len(gate["candidates"])
-    loaded = [body["lora_name"] for _, body in lora.received]
-    assert candidate.spec.lora_name in loaded and candidate.spec.lora_name == loaded[-1]  # published last
+    loaded = [body["lora_name"] for path, body in lora.received if path.endswith("/load_lora_adapter")]
+    unloaded = [body["lora_name"] for path, body in lora.received if path.endswith("/unload_lora_adapter")]
+    assert candidate.spec.lora_name == loaded[-1]  # published last
+    assert sorted(unloaded) == sorted(loaded[:-1])  # every snapshot loaded for validation is unloaded again
     assert weights.jobs.jobs.get(job.id).state == JobState.consumed
     assert "job" in candidate.data_snapshot and candidate.metrics["job"] == job.id
 
@@ -117,7 +119,8 @@ def test_the_gate_keeps_the_served_policy_when_no_snapshot_beats_it(store, tmp_p
     finish(weights)
     with pytest.raises(LeverUnavailable, match="snapshot gate kept the served policy"):
         weights.propose(ctx, PROPOSAL)
-    assert not [b for p, b in lora.received if not b["lora_name"].rsplit("-s", 1)[-1].isdigit()]  # nothing published
+    published = [b for p, b in lora.received if not b["lora_name"].rsplit("-s", 1)[-1].isdigit()]
+    assert published == []  # only snapshots were loaded (and unloaded); nothing was published
 
 
 def test_a_crashed_job_and_a_failing_launcher_are_recorded_reasons(store, tmp_path, lora) -> None:

@@ -33,6 +33,7 @@ __all__ = [
     "manifest_path",
     "publish",
     "read_manifest",
+    "unload_lora",
 ]
 
 MANIFEST_SCHEMA = "evolvable.published_adapter/1"
@@ -113,19 +114,27 @@ def read_manifest(adapter_dir: str | Path) -> PublishedAdapter:
 
 def load_lora(server: str, lora_name: str, lora_path: str, *, timeout: float = 120.0) -> None:
     """Hot-load an adapter into a vLLM-compatible server; raises UpstreamError when it refuses."""
+    _lora_call(server, "load_lora_adapter", {"lora_name": lora_name, "lora_path": lora_path}, timeout)
+
+
+def unload_lora(server: str, lora_name: str, *, timeout: float = 60.0) -> None:
+    """Unload an adapter a server no longer needs to serve (a retired version, a gated-out snapshot)."""
+    _lora_call(server, "unload_lora_adapter", {"lora_name": lora_name}, timeout)
+
+
+def _lora_call(server: str, endpoint: str, body: dict[str, str], timeout: float) -> None:
     import httpx
 
     url = server.rstrip("/")
     url = url if url.endswith("/v1") else url + "/v1"
+    name = body["lora_name"]
     try:
-        response = httpx.post(
-            f"{url}/load_lora_adapter", json={"lora_name": lora_name, "lora_path": lora_path}, timeout=timeout
-        )
+        response = httpx.post(f"{url}/{endpoint}", json=body, timeout=timeout)
     except httpx.HTTPError as err:
-        raise UpstreamError(f"cannot reach {server} to load adapter {lora_name}: {err}") from None
+        raise UpstreamError(f"cannot reach {server} to {endpoint.split('_')[0]} adapter {name}: {err}") from None
     if response.status_code >= 400:
         raise UpstreamError(
-            f"{server} refused adapter {lora_name} ({response.status_code}): {response.text[:300]}",
+            f"{server} refused adapter {name} ({response.status_code}): {response.text[:300]}",
             status_code=response.status_code,
         )
 

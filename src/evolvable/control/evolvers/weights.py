@@ -14,6 +14,7 @@ Without a job manager (tests, the demo) the job runs inline in the tick, as befo
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from evolvable.store.jobs import JobRecord
 
 UNAVAILABLE = "weights lever unavailable: trainer not installed"
+log = logging.getLogger(__name__)
 
 
 class LeverPending(LeverUnavailable):
@@ -140,12 +142,14 @@ class WeightsEvolver:
         from evolvable.trainer.publish import load_lora
 
         base = ctx.active_policy.policy() if ctx.active_policy else PolicySpec(base_model=self._base_model(ctx))
+        loaded: list[str] = []
 
         def evaluate(adapter: str | None) -> list[TaskOutcome]:
             policy = ctx.active_policy.policy() if ctx.active_policy else None
             if adapter is not None:
                 step = next(s for s, path in snapshots.items() if path == adapter)
                 name = f"{ctx.agent}-{job_id.removeprefix('job-')[:10]}-s{step}"
+                loaded.append(name)
                 for server in self.servers:
                     load_lora(server, name, str(Path(adapter).resolve()))
                 policy = PolicySpec(base_model=base.base_model, lora_name=name, adapter_path=adapter)
@@ -155,6 +159,19 @@ class WeightsEvolver:
             return gate_snapshots(evaluate, snapshots, last, self.gate)
         except Exception as err:
             raise LeverUnavailable(f"weights: the snapshot gate could not run: {type(err).__name__}: {err}") from err
+        finally:
+            self._unload(loaded)
+
+    def _unload(self, names: list[str]) -> None:
+        """Snapshots were loaded only to be validated: free the servers' memory (best effort, logged)."""
+        from evolvable.trainer.publish import unload_lora
+
+        for name in names:
+            for server in self.servers:
+                try:
+                    unload_lora(server, name)
+                except Exception as err:  # a server that keeps an unused adapter still serves correctly
+                    log.warning("could not unload snapshot adapter %s from %s: %s", name, server, err)
 
     # ------------------------------------------------------------------ inline (no job manager)
 
