@@ -23,6 +23,8 @@ def purge(
 
     A running proxy holds its spool: purge through its API (POST /v1/admin/purge) instead."""
     from evolvable.cli._console import console, err_console
+    from evolvable.control.erasure import WeightsErasure
+    from evolvable.control.registry import Registry
     from evolvable.errors import EvolvableError
     from evolvable.governance.purge import Purger, PurgeRequest
     from evolvable.proxy.spool_purger import offline_spool_purger
@@ -38,7 +40,9 @@ def purge(
     spool_dir = spool if spool is not None else get_settings().home / "spool"
     try:
         store = Store.open(db)
-        report = Purger(store, spool_purger=offline_spool_purger(spool_dir)).purge(request, actor="cli")
+        erasure = WeightsErasure(Registry(store.engine))
+        purger = Purger(store, spool_purger=offline_spool_purger(spool_dir), dependents=erasure)
+        report = purger.purge(request, actor="cli")
     except EvolvableError as err:
         err_console.print(f"[bold red]error:[/] {err}", highlight=False)
         raise typer.Exit(2) from None
@@ -49,6 +53,8 @@ def purge(
     table.add_row("dataset items", str(report.dataset_items))
     table.add_row("datasets invalidated", str(report.datasets_invalidated))
     table.add_row("spool records", "no spool found" if report.spool_records is None else str(report.spool_records))
+    for item in report.dependents:
+        table.add_row(f"adapter {item['policy_version']} ({item['agent']})", item["action"])
     console.print(table)
 
 

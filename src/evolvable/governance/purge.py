@@ -50,6 +50,8 @@ class PurgeReport(BaseModel):
     datasets_invalidated: int
     spool_records: int | None
     """None when no spool was reachable (say so to the caller)."""
+    dependents: list[dict[str, Any]] = []
+    """Artefacts built from the purged trajectories (e.g. adapters trained on them) and what was done."""
     wal_checkpointed: bool | None = None
     """SQLite: whether the write-ahead log was checkpointed and truncated, so the deleted rows' old page
     images are gone from disk too (False: a reader held it; it happens at the next checkpoint)."""
@@ -116,8 +118,11 @@ class Purger:
         catalog: DatasetCatalog | None = None,
         audit: AuditLog | None = None,
         spool_purger: SpoolPurger | None = None,
+        dependents: Callable[[set[str]], list[dict[str, Any]]] | None = None,
     ) -> None:
         self.store = store
+        self.dependents = dependents
+        """Told the ids of removed trajectories; answers what it flagged or retired (control's WeightsErasure)."""
         self.audit = audit or AuditLog(store.engine)
         self.catalog = catalog or DatasetCatalog(store, audit=self.audit)
         self.spool_purger = spool_purger
@@ -142,7 +147,7 @@ class Purger:
             started_before=request.started_before,
         )
         # Ids first: the spool may hold later events of these runs that carry no end_user.
-        known_ids = {h.id for h in self._headers(selector)} if request.end_user else set()
+        known_ids = {h.id for h in self._headers(selector)} if request.end_user or self.dependents else set()
         spool_records: int | None = None
         if self.spool_purger is not None and request.started_before is None:
             matcher = spool_matcher(request, known_ids)
@@ -151,6 +156,7 @@ class Purger:
                 # A second pass catches events that came before their run's start record.
                 spool_records += self.spool_purger(matcher)
         removed = self.store.delete_trajectories(selector)
+        dependents = self.dependents(known_ids) if self.dependents and removed else []
         with self.catalog.engine.begin() as conn:
             _forget_sessions(conn, request)
             items, invalidated = self.catalog.drop_items(
@@ -172,6 +178,7 @@ class Purger:
                         "dataset_items": items,
                         "datasets_invalidated": invalidated,
                         "spool_records": spool_records,
+                        "dependents": dependents,
                     },
                     conn=conn,
                 )
@@ -180,6 +187,7 @@ class Purger:
             dataset_items=items,
             datasets_invalidated=invalidated,
             spool_records=spool_records,
+            dependents=dependents,
             wal_checkpointed=self._checkpoint() if removed or items else None,
         )
 

@@ -14,6 +14,7 @@ Without a job manager (tests, the demo) the job runs inline in the tick, as befo
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from pathlib import Path
@@ -258,7 +259,7 @@ class WeightsEvolver:
         return PolicyCandidate(
             spec=PolicySpec(base_model=base, lora_name=lora_name, adapter_path=str(Path(adapter_dir).resolve())),
             note=f"weights: LoRA trained on {sample_stats.get('samples', '?')} samples",
-            data_snapshot=str(data),
+            data_snapshot=json.dumps(data, sort_keys=True, default=str),
             config=config,
             metrics=metrics,
         )
