@@ -138,7 +138,15 @@ def load_base_model(
     directory = cached_model_dir(name, settings)
     if not _cache_is_complete(directory):
         _convert_to_cache(name, directory)
-    tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
+    tokenizer = ensure_pad_token(AutoTokenizer.from_pretrained(directory, local_files_only=True))
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype or torch.float32, local_files_only=True)
     model.eval()
     return model, tokenizer
+
+
+def ensure_pad_token(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
+    """Some transformers versions convert the GGUF tokenizer without a pad token (5.17 did), so batched
+    tokenization refuses to pad. Padding is masked out everywhere we pad, so end-of-sequence serves."""
+    if tokenizer.pad_token is None and tokenizer.eos_token is not None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer

@@ -53,3 +53,14 @@ def test_conversion_writes_a_complete_cache_that_matches(tmp_path: Path, base_mo
     assert tokenizer.apply_chat_template(
         [{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False
     )
+
+
+def test_a_tokenizer_without_a_pad_token_pads_with_end_of_sequence() -> None:
+    from types import SimpleNamespace
+
+    from evolvable.model_loading import ensure_pad_token
+
+    bare = SimpleNamespace(pad_token=None, eos_token="<|im_end|>")
+    assert ensure_pad_token(bare).pad_token == "<|im_end|>"
+    kept = SimpleNamespace(pad_token="<pad>", eos_token="<|im_end|>")
+    assert ensure_pad_token(kept).pad_token == "<pad>"
