@@ -118,3 +118,10 @@ def test_adapter_for_another_base_is_refused(lora_served: Served, tmp_path: Path
     assert response.status_code == 400
     assert "x" not in [m["id"] for m in httpx.get(f"{lora_served.base_url}/v1/models").json()["data"]]
     assert greedy(lora_served.base_url, MODEL)  # the base model still serves after a refused load
+
+
+def test_the_lora_contract_vllm_also_keeps(lora_served: Served, adapter_dir: Path) -> None:
+    """The same checks as against vLLM (tests/integration/test_vllm.py): one publish path serves both."""
+    from tests.support.lora_contract import check_lora_contract
+
+    check_lora_contract(lora_served.base_url, MODEL, str(adapter_dir))
