@@ -232,6 +232,7 @@ def create_app(
     app.hot_path = CompletionsEndpoint(runtime)
     app.state.proxy = runtime
     app.include_router(proxy_router)
+    app.include_router(_otlp_router())
     for extra in routers:
         app.include_router(extra)
 
@@ -262,3 +263,9 @@ async def _sweep_idle(runtime: ProxyRuntime) -> None:
                 await end_session(runtime, session, "abandoned", None, reason="idle_timeout")
         except Exception:
             log.exception("idle-session sweep failed")
+
+
+def _otlp_router() -> APIRouter:
+    from evolvable.proxy.otlp import router
+
+    return router
