@@ -158,3 +158,33 @@ def test_keys_scope_traces_to_their_tenant(proxy_factory: Any, sqlite_store: Sto
     assert other["partialSuccess"]["rejectedSpans"] == "4"
     (header,) = sqlite_store.list_trajectories(TrajectoryFilter())[0]
     assert header.tenant_id == "acme"
+
+
+def test_trajectories_exported_over_otlp_are_received_losslessly(lite_proxy: ProxyServer, tmp_path: Any) -> None:
+    from evolvable.protocol.models import ChatMessage, CompletionChoice, Signal, SignalKind
+    from evolvable.proxy.otlp_export import export_trajectories, otlp_exporter
+
+    source = Store.open(f"sqlite:///{tmp_path / 'source.db'}")
+    original = Trajectory(
+        agent="exported",
+        status=TrajectoryStatus.completed,
+        steps=[
+            LLMCallStep(
+                id="s1",
+                model="m",
+                request_messages=[ChatMessage(role="user", content="hi")],
+                choices=[CompletionChoice(message=ChatMessage(role="assistant", content="hello"))],
+                prompt_token_ids=[1, 2],
+            )
+        ],
+        signals=[Signal(kind=SignalKind.outcome, value=1.0)],
+    )
+    source.put_trajectory(original)
+    exporter = otlp_exporter(lite_proxy.url)  # a base URL: /v1/traces is appended
+    sent = export_trajectories(source.iter_trajectories(TrajectoryFilter()), exporter)
+    exporter.shutdown()
+    assert sent == (1, 2)
+    (header,) = lite_proxy.runtime.store.list_trajectories(TrajectoryFilter())[0]
+    back = _read(lite_proxy, header.id)
+    assert back.agent == "exported" and back.steps == original.steps
+    assert [s.value for s in back.signals] == [1.0]
