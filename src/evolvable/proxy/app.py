@@ -232,7 +232,8 @@ def create_app(
     app.hot_path = CompletionsEndpoint(runtime)
     app.state.proxy = runtime
     app.include_router(proxy_router)
-    app.include_router(_otlp_router())
+    for protocol_router in _protocol_routers():
+        app.include_router(protocol_router)
     for extra in routers:
         app.include_router(extra)
 
@@ -265,7 +266,9 @@ async def _sweep_idle(runtime: ProxyRuntime) -> None:
             log.exception("idle-session sweep failed")
 
 
-def _otlp_router() -> APIRouter:
-    from evolvable.proxy.otlp import router
+def _protocol_routers() -> list[APIRouter]:
+    """OTLP trace ingest and the embeddings pass-through (imported late: they import this module)."""
+    from evolvable.proxy.embeddings import router as embeddings
+    from evolvable.proxy.otlp import router as otlp
 
-    return router
+    return [otlp, embeddings]
