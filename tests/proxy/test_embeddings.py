@@ -85,15 +85,7 @@ def test_a_session_embeddings_call_passes_through_and_records_its_usage(
     result = client.embeddings.create(model="embed", input=["refund policy", "shipping times"])
     assert [d.embedding for d in result.data] == [[0.1, 0.2, 0.0], [0.1, 0.2, 1.0]]
     headers, sent = upstream.requests[-1]
-    assert (
-        sent
-        == {
-            "model": "text-embedding-3-small",
-            "input": ["refund policy", "shipping times"],
-            "encoding_format": "base64",
-        }
-        or sent["model"] == "text-embedding-3-small"
-    )
+    assert sent["model"] == "text-embedding-3-small" and sent["input"] == ["refund policy", "shipping times"]
     assert session["api_key"] not in headers.get("authorization", "")  # Evolvable keys never go upstream
     server.flush()
     (step,) = server.runtime.store.get_trajectory(session["id"]).steps
