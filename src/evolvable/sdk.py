@@ -96,18 +96,18 @@ class _StoreSink:
     def _apply(self, event: Event) -> None:
         self.store.apply_events(self.governor.govern([event]))
 
-    def _ids(self) -> dict[str, str]:
-        return {"trajectory_id": self.header.id, "tenant_id": self.header.tenant_id}
-
     def step(self, step: Step) -> None:
-        self._apply(StepAppended(step=step, **self._ids()))
+        self._apply(StepAppended(step=step, trajectory_id=self.header.id, tenant_id=self.header.tenant_id))
 
     def signal(self, signal: Signal) -> Signal:
-        self._apply(SignalAttached(signal=signal, **self._ids()))
+        self._apply(SignalAttached(signal=signal, trajectory_id=self.header.id, tenant_id=self.header.tenant_id))
         return signal
 
     def end(self, status: TrajectoryStatus, metadata: dict[str, Any]) -> None:
-        self._apply(TrajectoryEnded(status=status, metadata=metadata, **self._ids()))
+        header = self.header
+        self._apply(
+            TrajectoryEnded(status=status, metadata=metadata, trajectory_id=header.id, tenant_id=header.tenant_id)
+        )
 
 
 # --------------------------------------------------------------------------- proxy: the session API
