@@ -7,15 +7,13 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from tests.proxy.otel_helpers import OTLPSink
 
 from evolvable.protocol import (
     ChatMessage,
@@ -111,42 +109,14 @@ def test_export_writes_atdp_jsonl(stored: tuple[str, Store], tmp_path: Path) -> 
     assert all(t == store.get_trajectory(t.id) for t in lines)
 
 
-class Sink:
-    """A local OTLP/HTTP endpoint that keeps what it receives and answers `status`."""
-
-    def __init__(self, status: int = 200) -> None:
-        self.requests: list[tuple[dict[str, str], bytes]] = []
-        sink = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["content-length"]))
-                sink.requests.append(({k.lower(): v for k, v in self.headers.items()}, body))
-                self.send_response(status)
-                self.send_header("content-type", PROTOBUF)
-                self.send_header("content-length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
-def sink() -> Iterator[Sink]:
-    s = Sink()
+def sink() -> Iterator[OTLPSink]:
+    s = OTLPSink()
     yield s
     s.stop()
 
 
-def test_export_sends_genai_spans_that_the_otlp_proto_types_parse(stored: tuple[str, Store], sink: Sink) -> None:
+def test_export_sends_genai_spans_that_the_otlp_proto_types_parse(stored: tuple[str, Store], sink: OTLPSink) -> None:
     db, store = stored
     result = run(
         "export", "--tenant", "acme", "--otlp", sink.url, "--otlp-header", "authorization=Bearer k1", "--db", db
@@ -173,7 +143,7 @@ def test_export_sends_genai_spans_that_the_otlp_proto_types_parse(stored: tuple[
 
 def test_export_refused_by_the_endpoint_exits_2_and_bad_options_are_named(stored: tuple[str, Store]) -> None:
     db, _ = stored
-    refusing = Sink(status=400)
+    refusing = OTLPSink(status=400)
     try:
         result = run("export", "--otlp", refusing.url, "--db", db)
     finally:

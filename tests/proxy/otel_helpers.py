@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 from collections.abc import Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from google.protobuf.json_format import MessageToDict
@@ -14,6 +16,8 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, Status, StatusCode
+
+PROTOBUF = "application/x-protobuf"
 
 
 def _messages(role: str, text: str) -> str:
@@ -91,3 +95,31 @@ def otlp_json(spans: Sequence[ReadableSpan]) -> dict[str, Any]:
                     if key in span:
                         span[key] = base64.b64decode(span[key]).hex()
     return doc
+
+
+class OTLPSink:
+    """A local OTLP/HTTP endpoint that keeps what it receives and answers `status`."""
+
+    def __init__(self, status: int = 200) -> None:
+        self.requests: list[tuple[dict[str, str], bytes]] = []
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["content-length"]))
+                sink.requests.append(({k.lower(): v for k, v in self.headers.items()}, body))
+                self.send_response(status)
+                self.send_header("content-type", PROTOBUF)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
