@@ -93,3 +93,18 @@ def test_a_collector_line_that_is_not_otlp_names_its_document(tmp_path: Path) ->
     )
     assert result.returncode == 2
     assert "document 2" in result.stderr and "resourceSpans" in result.stderr
+
+
+def test_malformed_spans_in_a_collector_file_are_a_message_not_a_traceback(tmp_path: Path) -> None:
+    src = tmp_path / "collector.jsonl"
+    bad_time = _chat("a000000000000002", 1, "q") | {"startTimeUnixNano": "yesterday"}
+    for text in (_line(bad_time), json.dumps({"resourceSpans": ["not an object"]}) + "\n"):
+        src.write_text(text)
+        result = subprocess.run(
+            [*EVOLVABLE, "convert", str(src), "--from", "otel", "--to", "atdp", "-o", "-"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 2 and "Traceback" not in result.stderr
+        assert "malformed span" in result.stderr or "not an OTLP" in result.stderr

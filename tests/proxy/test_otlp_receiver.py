@@ -188,3 +188,29 @@ def test_trajectories_exported_over_otlp_are_received_losslessly(lite_proxy: Pro
     back = _read(lite_proxy, header.id)
     assert back.agent == "exported" and back.steps == original.steps
     assert [s.value for s in back.signals] == [1.0]
+
+
+def _one_span(**fields: Any) -> dict[str, Any]:
+    span = {"traceId": "4bf92f3577b34da6a3ce929d0e0e4736", "spanId": "00f067aa0ba902b7", "name": "chat m", **fields}
+    return {"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"resourceSpans": ["not an object"]},
+        {"resourceSpans": [{"scopeSpans": [{"spans": ["not an object"]}]}]},
+        _one_span(attributes="not a list"),
+        _one_span(attributes=[{"key": "gen_ai.operation.name", "value": "not an AnyValue"}]),
+        _one_span(startTimeUnixNano="yesterday"),
+        _one_span(attributes=[{"key": "evolvable.step", "value": {"stringValue": "{broken"}}]),
+        _one_span(attributes=[{"key": "gen_ai.input.messages", "value": {"stringValue": '[{"parts": 3}]'}}]),
+    ],
+)
+def test_malformed_spans_never_cause_a_server_error(lite_proxy: ProxyServer, doc: dict[str, Any]) -> None:
+    """Rejected (400 or partial success) and not stored, or read leniently (an unreadable attribute
+    value counts as absent) and stored whole; never a 500."""
+    r = httpx.post(f"{lite_proxy.url}/v1/traces", json=doc)
+    assert r.status_code in (200, 400), r.text
+    rejected = r.status_code == 400 or int(r.json().get("partialSuccess", {}).get("rejectedSpans", 0)) == 1
+    assert lite_proxy.runtime.store.count(TrajectoryFilter()) == (0 if rejected else 1)

@@ -472,6 +472,8 @@ def from_otel(doc: dict[str, Any], *, tenant_id: str = "default") -> list[Trajec
             out.append(_trace_to_trajectory(trace_id, spans, tenant_id).trajectory)
         except ValidationError as err:
             raise ConversionError(f"trace {trace_id}: " + "; ".join(describe(err))) from None
+        except (AttributeError, KeyError, TypeError, ValueError) as err:
+            raise ConversionError(f"trace {trace_id}: malformed span ({type(err).__name__}: {err})") from None
     return out
 
 
@@ -484,15 +486,18 @@ def merge_documents(docs: Iterable[dict[str, Any]]) -> dict[str, Any]:
     for n, doc in enumerate(docs, start=1):
         if not isinstance(doc, dict) or "resourceSpans" not in doc:
             raise ConversionError(f"document {n}: not an OTLP JSON trace document: missing 'resourceSpans'")
-    last = {_span_key(span): id(span) for doc in docs for span in _iter_spans(doc)}
-    resource_spans = []
-    for doc in docs:
-        for rs in doc["resourceSpans"]:
-            scopes = [
-                {**ss, "spans": [span for span in ss.get("spans", []) if last[_span_key(span)] == id(span)]}
-                for ss in rs.get("scopeSpans", rs.get("instrumentationLibrarySpans", []))
-            ]
-            resource_spans.append({"resource": rs.get("resource", {}), "scopeSpans": scopes})
+    try:
+        last = {_span_key(span): id(span) for doc in docs for span in _iter_spans(doc)}
+        resource_spans = []
+        for doc in docs:
+            for rs in doc["resourceSpans"]:
+                scopes = [
+                    {**ss, "spans": [span for span in ss.get("spans", []) if last[_span_key(span)] == id(span)]}
+                    for ss in rs.get("scopeSpans", rs.get("instrumentationLibrarySpans", []))
+                ]
+                resource_spans.append({"resource": rs.get("resource", {}), "scopeSpans": scopes})
+    except (AttributeError, TypeError) as err:
+        raise ConversionError(f"not an OTLP JSON trace document: {err}") from None
     return {"resourceSpans": resource_spans}
 
 
@@ -525,18 +530,28 @@ def trace_fragments(doc: dict[str, Any], *, tenant_id: str) -> tuple[list[TraceF
         raise ConversionError("not an OTLP JSON trace document: missing 'resourceSpans'")
     traces: dict[str, list[dict[str, Any]]] = defaultdict(list)
     rejected: list[str] = []
-    for span in _iter_spans(doc):
+    try:
+        spans = list(_iter_spans(doc))
+    except (AttributeError, TypeError) as err:
+        raise ConversionError(f"not an OTLP JSON trace document: {err}") from None
+    for span in spans:
+        if not isinstance(span, dict):
+            rejected.append("a span that is not an object")
+            continue
         trace_id, span_id = str(span.get("traceId") or ""), str(span.get("spanId") or "")
         if not (_is_hex(trace_id, 32) and _is_hex(span_id, 16)):
             rejected.append(f"span {span.get('name')!r}: traceId and spanId must be 32 and 16 hex digits")
             continue
         traces[trace_id].append(span)
     out = []
-    for trace_id, spans in traces.items():
+    for trace_id, trace_spans in traces.items():
         try:
-            out.append(_trace_to_trajectory(trace_id, spans, tenant_id, trajectory_id=f"traj_{trace_id}"))
+            out.append(_trace_to_trajectory(trace_id, trace_spans, tenant_id, trajectory_id=f"traj_{trace_id}"))
         except ValidationError as err:
-            rejected += [f"trace {trace_id}: " + "; ".join(describe(err))] * len(spans)
+            rejected += [f"trace {trace_id}: " + "; ".join(describe(err))] * len(trace_spans)
+        except (AttributeError, KeyError, TypeError, ValueError) as err:  # malformed span fields
+            reason = f"trace {trace_id}: malformed span ({type(err).__name__}: {err})"
+            rejected += [reason] * len(trace_spans)
     return out, rejected
 
 
