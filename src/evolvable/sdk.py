@@ -22,6 +22,7 @@ still be attached after the block (late feedback).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
@@ -75,16 +76,16 @@ def _default_store(url: str) -> Store:
     return Store.open(url)
 
 
-_GOVERNORS: dict[int, Governor] = {}
+_GOVERNORS: weakref.WeakKeyDictionary[Store, Governor] = weakref.WeakKeyDictionary()
 
 
 def _governor_for(store: Store) -> Governor:
-    """The governance pipeline the proxy's writer would apply, one per store."""
-    if id(store) not in _GOVERNORS:
+    """The governance pipeline the proxy's writer would apply, one per store (its caches live as long)."""
+    if store not in _GOVERNORS:
         from evolvable.governance.pipeline import Governor as GovernancePipeline
 
-        _GOVERNORS[id(store)] = GovernancePipeline(store)
-    return _GOVERNORS[id(store)]
+        _GOVERNORS[store] = GovernancePipeline(store)
+    return _GOVERNORS[store]
 
 
 class _StoreSink:
