@@ -83,7 +83,7 @@ def test_steps_are_durable_before_the_block_ends(store: Store) -> None:
 def test_default_store_comes_from_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EVOLVABLE_HOME", str(tmp_path))
     monkeypatch.delenv("EVOLVABLE_DB", raising=False)
-    with trajectory(agent="local") as t:
+    with trajectory(agent="local", direct=True) as t:
         t.message(content="hi")
     store = Store.open(f"sqlite:///{tmp_path / 'evolvable.db'}")
     try:
@@ -98,3 +98,20 @@ def test_bad_step_fields_raise_before_anything_is_written(store: Store) -> None:
     with trajectory(agent="a", store=store) as t, pytest.raises(ValidationError):
         t.tool_call(tool_name="x", no_such_field=1)
     assert store.get_trajectory(t.id).steps == []
+
+
+def test_direct_mode_applies_the_governance_pipeline(store: Store) -> None:
+    with trajectory(agent="a", store=store) as t:
+        t.message(content="reach me at ann@example.com")
+    (step,) = store.get_trajectory(t.id).steps
+    assert "ann@example.com" not in step.content and step.content.startswith("reach me at ")
+
+
+def test_direct_mode_honours_a_tenants_metadata_only_consent(store: Store) -> None:
+    from evolvable.governance.tenants import TenantDirectory
+
+    TenantDirectory(store.engine).create_tenant("quiet", capture="metadata")
+    with trajectory(agent="a", store=store, tenant_id="quiet") as t:
+        t.message(content="private words")
+    (step,) = store.get_trajectory(t.id).steps
+    assert step.content in (None, "", [])

@@ -38,6 +38,12 @@ class Settings:
         )
     )
 
+    proxy_url: str = field(default_factory=lambda: os.environ.get("EVOLVABLE_PROXY_URL", "http://127.0.0.1:8400"))
+    """Where `evolvable.trajectory(...)` records runs by default (the proxy's HTTP API)."""
+
+    api_key: str | None = field(default_factory=lambda: os.environ.get("EVOLVABLE_API_KEY"))
+    """The tenant key the SDK opens proxy sessions with."""
+
     def resolved_db_url(self) -> str:
         if self.db_url:
             return self.db_url

@@ -79,7 +79,7 @@ def validate(
 
 
 def _load(fmt: FromFormat, text: str, source: str) -> list[Any]:
-    from evolvable.protocol.converters import from_openai_chat, from_otel
+    from evolvable.protocol.converters import from_openai_chat, from_otel, merge_documents
     from evolvable.protocol.validation import load_file
 
     if fmt == FromFormat.atdp:
@@ -92,10 +92,8 @@ def _load(fmt: FromFormat, text: str, source: str) -> list[Any]:
     records = _json_records(text, source)
     if fmt == FromFormat.openai_chat:
         return from_openai_chat(records)
-    out = []
-    for doc in records:
-        out.extend(from_otel(doc))
-    return out
+    # A collector file holds one export batch per line; a trace's spans may span several lines.
+    return from_otel(merge_documents(records))
 
 
 def _dump(fmt: ToFormat, trajectories: list[Any]) -> tuple[str, int]:

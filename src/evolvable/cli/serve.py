@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from evolvable.proxy.config import ProxyConfig
+    from evolvable.store import Store
 
 
 def serve(
@@ -25,6 +32,9 @@ def serve(
     ),
     control_interval: float = typer.Option(
         60.0, "--control-interval", help="Seconds between control-plane cycles; 0 serves versions but never evolves."
+    ),
+    otlp_export: str | None = typer.Option(
+        None, "--otlp-export", help="Send trajectories as they end to this OTLP/HTTP endpoint (GenAI spans)."
     ),
 ) -> None:
     """Run the proxy: agents point their base_url here; every call becomes an ATDP trajectory."""
@@ -73,6 +83,9 @@ def serve(
     app = create_app(cfg, store, governor=governor, authenticator=authenticator, rewriter=rewriter, routers=routers)
     if gov is not None:
         gov.install(app)
+    export_url = otlp_export or cfg.otlp_export_url
+    if export_url:
+        _export_continuously(app, store, cfg, export_url)
     try:
         uvicorn.run(
             app,
@@ -86,6 +99,22 @@ def serve(
         )
     finally:
         store.close()
+
+
+def _export_continuously(app: FastAPI, store: Store, cfg: ProxyConfig, url: str) -> None:
+    """OTLP out as runs end; headers come from OTEL_EXPORTER_OTLP_(TRACES_)HEADERS (read by the SDK)."""
+    from evolvable.proxy.otlp_export import BackgroundExport, install_background_export, otlp_exporter
+
+    assert cfg.spool_dir is not None  # set above, before the app was made
+    checkpoint = cfg.spool_dir / "otlp_export.json"
+    export = BackgroundExport(
+        store,
+        otlp_exporter(url),
+        checkpoint,
+        interval_s=cfg.otlp_export_interval_s,
+        settle_s=cfg.otlp_export_settle_s,
+    )
+    install_background_export(app, export)
 
 
 def register(app: typer.Typer) -> None:

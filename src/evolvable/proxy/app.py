@@ -232,6 +232,8 @@ def create_app(
     app.hot_path = CompletionsEndpoint(runtime)
     app.state.proxy = runtime
     app.include_router(proxy_router)
+    for protocol_router in _protocol_routers():
+        app.include_router(protocol_router)
     for extra in routers:
         app.include_router(extra)
 
@@ -262,3 +264,11 @@ async def _sweep_idle(runtime: ProxyRuntime) -> None:
                 await end_session(runtime, session, "abandoned", None, reason="idle_timeout")
         except Exception:
             log.exception("idle-session sweep failed")
+
+
+def _protocol_routers() -> list[APIRouter]:
+    """OTLP trace ingest and the embeddings pass-through (imported late: they import this module)."""
+    from evolvable.proxy.embeddings import router as embeddings
+    from evolvable.proxy.otlp import router as otlp
+
+    return [otlp, embeddings]

@@ -80,6 +80,11 @@ class ProxyConfig:
     writer_idle_s: float = 0.05
     max_body_bytes: int = 16 * 1024 * 1024
     read_your_writes_timeout_s: float = 5.0
+    otlp_export_url: str | None = None
+    """Send trajectories to this OTLP/HTTP endpoint as they end (`evolvable serve`; docs/proxy.md, OTLP out)."""
+    otlp_export_interval_s: float = 30.0
+    otlp_export_settle_s: float = 10.0
+    """A run is sent once it ended this long ago (the writer has stored it by then)."""
 
     def upstream(self, name: str | None) -> UpstreamConfig:
         wanted = name or self.default_upstream or (self.upstreams[0].name if self.upstreams else None)
@@ -128,6 +133,9 @@ _SCALAR_KEYS = {
     "writer_idle_s": float,
     "max_body_bytes": int,
     "read_your_writes_timeout_s": float,
+    "otlp_export_url": str,
+    "otlp_export_interval_s": float,
+    "otlp_export_settle_s": float,
 }
 
 

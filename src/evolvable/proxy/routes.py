@@ -94,6 +94,7 @@ class SessionEnd(BaseModel):
     model_config = ConfigDict(extra="forbid")
     status: TrajectoryStatus = TrajectoryStatus.completed
     outcome: float | None = None
+    reason: str | None = Field(None, max_length=500, description="Why the run ended; kept as metadata.end_reason.")
 
 
 class SignalIn(BaseModel):
@@ -317,7 +318,7 @@ async def end(session_id: str, request: Request) -> Response:
     spec: SessionEnd = await _parse(request, SessionEnd)
     if spec.status == TrajectoryStatus.running:
         raise APIError(400, "status must be completed, failed or abandoned", "invalid_request_error")
-    await end_session(rt, session, spec.status.value, spec.outcome)
+    await end_session(rt, session, spec.status.value, spec.outcome, reason=spec.reason)
     return _json({"id": session.id, "status": spec.status.value})
 
 

@@ -15,6 +15,7 @@ import hashlib
 import json
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -96,6 +97,11 @@ def _from_nanos(v: Any) -> datetime | None:
 
 def _hex_id(seed: str, length: int) -> str:
     return hashlib.sha256(seed.encode()).hexdigest()[:length]
+
+
+def span_step_id(trace_id: str, span_id: str) -> str:
+    """The step id of a foreign span: derived, so a re-sent span is the same step (idempotent ingest)."""
+    return f"step_{_hex_id(f'{trace_id}:{span_id}', 32)}"
 
 
 def _json(v: Any) -> str:
@@ -358,7 +364,7 @@ def _is_error(span: dict[str, Any]) -> bool:
 
 def _signals_of(span: dict[str, Any], step_id: str | None) -> list[Signal]:
     out = []
-    for ev in span.get("events", []):
+    for index, ev in enumerate(span.get("events", [])):
         if ev.get("name") != EVALUATION_EVENT:
             continue
         a = _unattrs(ev.get("attributes"))
@@ -370,6 +376,7 @@ def _signals_of(span: dict[str, Any], step_id: str | None) -> list[Signal]:
             continue
         out.append(
             Signal(
+                id="sig_" + _hex_id(":".join((*_span_key(span), str(index))), 32),
                 kind=SignalKind.judge,
                 value=float(value),
                 label=a.get("gen_ai.evaluation.score.label"),
@@ -462,13 +469,103 @@ def from_otel(doc: dict[str, Any], *, tenant_id: str = "default") -> list[Trajec
     out = []
     for trace_id, spans in traces.items():
         try:
-            out.append(_trace_to_trajectory(trace_id, spans, tenant_id))
+            out.append(_trace_to_trajectory(trace_id, spans, tenant_id).trajectory)
         except ValidationError as err:
             raise ConversionError(f"trace {trace_id}: " + "; ".join(describe(err))) from None
+        except (AttributeError, KeyError, TypeError, ValueError) as err:
+            raise ConversionError(f"trace {trace_id}: malformed span ({type(err).__name__}: {err})") from None
     return out
 
 
-def _trace_to_trajectory(trace_id: str, spans: list[dict[str, Any]], tenant_id: str) -> Trajectory:
+def merge_documents(docs: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """One OTLP JSON document from several (e.g. the lines of a collector file), each span once.
+
+    A trace whose spans were exported in several batches then converts to one trajectory; a span
+    sent twice (exporter retries) counts once, its last copy winning."""
+    docs = list(docs)
+    for n, doc in enumerate(docs, start=1):
+        if not isinstance(doc, dict) or "resourceSpans" not in doc:
+            raise ConversionError(f"document {n}: not an OTLP JSON trace document: missing 'resourceSpans'")
+    try:
+        last = {_span_key(span): id(span) for doc in docs for span in _iter_spans(doc)}
+        resource_spans = []
+        for doc in docs:
+            for rs in doc["resourceSpans"]:
+                scopes = [
+                    {**ss, "spans": [span for span in ss.get("spans", []) if last[_span_key(span)] == id(span)]}
+                    for ss in rs.get("scopeSpans", rs.get("instrumentationLibrarySpans", []))
+                ]
+                resource_spans.append({"resource": rs.get("resource", {}), "scopeSpans": scopes})
+    except (AttributeError, TypeError) as err:
+        raise ConversionError(f"not an OTLP JSON trace document: {err}") from None
+    return {"resourceSpans": resource_spans}
+
+
+def _span_key(span: dict[str, Any]) -> tuple[str, str]:
+    return str(span.get("traceId", "")), str(span.get("spanId", ""))
+
+
+@dataclass
+class TraceFragment:
+    """The spans of one trace that arrived together, as a trajectory to merge into the stored one.
+
+    `trajectory` holds this fragment's steps and signals; its header counts only when `has_root` (the
+    trace's root span, the one without a parent, is in the fragment: that is when a trace is complete).
+    `outside_parents` maps a step to its parent span when that span was not in the fragment (it may be
+    a step stored from an earlier batch)."""
+
+    trace_id: str
+    trajectory: Trajectory
+    has_root: bool
+    span_count: int
+    outside_parents: dict[str, str] = field(default_factory=dict)
+
+
+def trace_fragments(doc: dict[str, Any], *, tenant_id: str) -> tuple[list[TraceFragment], list[str]]:
+    """An OTLP export request split by trace, each trace keyed `traj_<traceId>` and owned by `tenant_id`.
+
+    Returns the fragments and, for spans that cannot be stored (no trace or span id, a trace that does
+    not convert), one reason per rejected span."""
+    if not isinstance(doc, dict) or "resourceSpans" not in doc:
+        raise ConversionError("not an OTLP JSON trace document: missing 'resourceSpans'")
+    traces: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    rejected: list[str] = []
+    try:
+        spans = list(_iter_spans(doc))
+    except (AttributeError, TypeError) as err:
+        raise ConversionError(f"not an OTLP JSON trace document: {err}") from None
+    for span in spans:
+        if not isinstance(span, dict):
+            rejected.append("a span that is not an object")
+            continue
+        trace_id, span_id = str(span.get("traceId") or ""), str(span.get("spanId") or "")
+        if not (_is_hex(trace_id, 32) and _is_hex(span_id, 16)):
+            rejected.append(f"span {span.get('name')!r}: traceId and spanId must be 32 and 16 hex digits")
+            continue
+        traces[trace_id].append(span)
+    out = []
+    for trace_id, trace_spans in traces.items():
+        try:
+            out.append(_trace_to_trajectory(trace_id, trace_spans, tenant_id, trajectory_id=f"traj_{trace_id}"))
+        except ValidationError as err:
+            rejected += [f"trace {trace_id}: " + "; ".join(describe(err))] * len(trace_spans)
+        except (AttributeError, KeyError, TypeError, ValueError) as err:  # malformed span fields
+            reason = f"trace {trace_id}: malformed span ({type(err).__name__}: {err})"
+            rejected += [reason] * len(trace_spans)
+    return out, rejected
+
+
+def _is_hex(value: str, length: int) -> bool:
+    try:
+        return len(value) == length and int(value, 16) != 0
+    except ValueError:
+        return False
+
+
+def _trace_to_trajectory(
+    trace_id: str, spans: list[dict[str, Any]], tenant_id: str, *, trajectory_id: str | None = None
+) -> TraceFragment:
+    """`trajectory_id` set: the id and tenant are forced (a receiver must not trust the sender's header)."""
     spans = sorted(spans, key=lambda s: int(s.get("startTimeUnixNano") or 0))
     by_id = {s.get("spanId"): s for s in spans}
     attrs = {s.get("spanId"): _unattrs(s.get("attributes")) for s in spans}
@@ -513,10 +610,21 @@ def _trace_to_trajectory(trace_id: str, spans: list[dict[str, Any]], tenant_id: 
             "metadata": {"otel_trace_id": trace_id},
         }
         header = {k: v for k, v in header.items() if v is not None}
+    true_root = next((s for s in spans if not s.get("parentSpanId")), None)
+    if trajectory_id is not None:
+        header = {**header, "id": trajectory_id, "tenant_id": tenant_id}
+        header["metadata"] = {**header.get("metadata", {}), "otel_trace_id": trace_id}
+        if true_root is not None:
+            header["started_at"] = _from_nanos(true_root.get("startTimeUnixNano")) or header.get("started_at")
+            header["ended_at"] = header.get("ended_at") or _from_nanos(true_root.get("endTimeUnixNano"))
+            if _is_error(true_root):
+                header["status"] = "failed"
+        header = {k: v for k, v in header.items() if v is not None}
     traj = Trajectory.model_validate(
         {**TrajectoryHeader.model_validate(header).model_dump(), "steps": [], "signals": []}
     )
     span_to_step: dict[str, str] = {}
+    outside_parents: dict[str, str] = {}
     steps, signals = [], []
     if root:
         signals += _signals_of(by_id[root], None)
@@ -542,9 +650,13 @@ def _trace_to_trajectory(trace_id: str, spans: list[dict[str, Any]], tenant_id: 
             )
         if step is None:
             continue
+        if "evolvable.step" not in a:
+            step.id = span_step_id(trace_id, sid)
         parent = span.get("parentSpanId")
         if step.parent_step_id is None and parent in span_to_step:
             step.parent_step_id = span_to_step[parent]
+        elif step.parent_step_id is None and parent and parent not in by_id:
+            outside_parents[step.id] = str(parent)
         span_to_step[sid] = step.id
         steps.append(step)
         signals += _signals_of(span, step.id)
@@ -560,4 +672,10 @@ def _trace_to_trajectory(trace_id: str, spans: list[dict[str, Any]], tenant_id: 
             s.llm_step_id = requested[s.tool_call_id]
     traj.steps = steps
     traj.signals = sorted(signals, key=lambda s: s.created_at)
-    return Trajectory.model_validate(traj.model_dump())
+    return TraceFragment(
+        trace_id=trace_id,
+        trajectory=Trajectory.model_validate(traj.model_dump()),
+        has_root=true_root is not None,
+        span_count=len(spans),
+        outside_parents=outside_parents,
+    )

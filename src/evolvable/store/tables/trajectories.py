@@ -40,6 +40,7 @@ trajectories = sa.Table(
     ),
     sa.Index(None, "tenant_id", "started_at", "id"),
     sa.Index(None, "started_at", "id"),
+    sa.Index(None, "ended_at", "id"),
     sa.Index(None, "agent", "started_at"),
     sa.Index(None, "status"),
     sa.Index(None, "harness_version"),
