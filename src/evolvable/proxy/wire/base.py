@@ -1,0 +1,77 @@
+"""What every wire adapter shares: its error, the request it produced, and the call it hands the hot path."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from evolvable.proxy.config import UpstreamConfig
+
+
+class WireError(Exception):
+    """A request the protocol rejects; rendered in the protocol's own error shape."""
+
+    def __init__(self, status: int, message: str, code: str = "invalid_request_error", param: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.code, self.param = status, message, code, param
+
+
+def require(condition: bool, message: str, param: str | None = None) -> None:
+    if not condition:
+        raise WireError(400, message, "invalid_request_error", param)
+
+
+@dataclass
+class WireRequest:
+    """A client's request in its protocol, and the chat-completions body that means the same."""
+
+    native: dict[str, Any]
+    chat: dict[str, Any]
+    stream: bool
+    history: list[dict[str, Any]] = field(default_factory=list)
+    """Chat messages the client's turn continues from (`previous_response_id`), already in `chat`."""
+    store: bool = True
+
+
+class ChatReplyNormaliser(Protocol):
+    def chat_reply(self, native_reply: dict[str, Any]) -> dict[str, Any]: ...
+
+
+@dataclass
+class WireCall:
+    """Handed to the hot path in the ASGI scope (`evolvable.wire`): what it needs to pass a call through
+    natively, and where it reports who called (for `previous_response_id`)."""
+
+    protocol: str
+    native_path: str
+    request: WireRequest
+    normaliser: ChatReplyNormaliser
+    extra_headers: dict[str, str] = field(default_factory=dict)
+    passed_through: bool = False
+    tenant_id: str | None = None
+    session_id: str | None = None
+    id_prefix: str = ""
+
+    def native_for(self, upstream: UpstreamConfig, body: dict[str, Any]) -> bool:
+        """Pass through when the upstream speaks the protocol, unless it also speaks chat and the harness
+        changed the request (then the translated, rewritten request goes, so the harness applies)."""
+        if self.protocol not in upstream.protocols:
+            return False
+        if "chat" not in upstream.protocols:
+            return True
+        sent = self.request.chat
+        return body is sent or {k: v for k, v in body.items() if k != "model"} == {
+            k: v for k, v in sent.items() if k != "model"
+        }
+
+    def native_body(self, model: Any) -> dict[str, Any]:
+        return {**self.request.native, "model": model}
+
+    def record(self, request_id: str, native: bool) -> dict[str, Any]:
+        """What the capture record (and the step's metadata) says about the wire."""
+        return {
+            "protocol": self.protocol,
+            "id": f"{self.id_prefix}{request_id}",
+            "native": native,
+            "store": self.request.store,
+        }
