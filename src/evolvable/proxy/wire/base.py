@@ -21,6 +21,16 @@ def require(condition: bool, message: str, param: str | None = None) -> None:
         raise WireError(400, message, "invalid_request_error", param)
 
 
+def require_list(value: Any, message: str, param: str | None = None) -> list[Any]:
+    require(isinstance(value, list), message, param)
+    return value  # type: ignore[no-any-return]
+
+
+def require_dict(value: Any, message: str, param: str | None = None) -> dict[str, Any]:
+    require(isinstance(value, dict), message, param)
+    return value  # type: ignore[no-any-return]
+
+
 @dataclass
 class WireRequest:
     """A client's request in its protocol, and the chat-completions body that means the same."""

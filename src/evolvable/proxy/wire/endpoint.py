@@ -32,7 +32,8 @@ Headers = list[tuple[bytes, bytes]]
 
 
 class Translator(Protocol):
-    turn: AssistantTurn
+    @property
+    def turn(self) -> AssistantTurn: ...
 
     def start(self) -> bytes: ...
     def feed(self, chunk: bytes) -> bytes: ...

@@ -12,8 +12,8 @@ from typing import Any
 
 import orjson
 
-from evolvable.proxy.wire.base import WireError, WireRequest, require
-from evolvable.proxy.wire.sse import AssistantTurn, ChatDeltas, SSEDecoder, events_of, frame
+from evolvable.proxy.wire.base import WireError, WireRequest, require, require_dict, require_list
+from evolvable.proxy.wire.sse import AssistantTurn, ChatDeltas, SSEDecoder, as_dict, events_of, frame
 
 PROTOCOL = "messages"
 NATIVE_PATH = "/v1/messages"
@@ -68,8 +68,8 @@ def parse(body: dict[str, Any], *, counting: bool = False) -> WireRequest:
             "max_tokens: Field required (an integer >= 1)",
             "max_tokens",
         )
-    raw_messages = body.get("messages")
-    require(isinstance(raw_messages, list) and bool(raw_messages), "messages: a non-empty list is required", "messages")
+    raw_messages = require_list(body.get("messages"), "messages: a non-empty list is required", "messages")
+    require(bool(raw_messages), "messages: a non-empty list is required", "messages")
     messages = _system(body.get("system"))
     for i, message in enumerate(raw_messages):
         messages.extend(_message(message, f"messages.{i}"))
@@ -183,8 +183,7 @@ def _message(message: Any, where: str) -> list[dict[str, Any]]:
 
 
 def _image_url(block: dict[str, Any], at: str) -> str:
-    source = block.get("source")
-    require(isinstance(source, dict), f"{at}.source: required", f"{at}.source")
+    source = require_dict(block.get("source"), f"{at}.source: required", f"{at}.source")
     if source.get("type") == "base64":
         return f"data:{source.get('media_type')};base64,{source.get('data')}"
     if source.get("type") == "url" and isinstance(source.get("url"), str):
@@ -308,7 +307,7 @@ class StreamTranslator:
         return self.deltas.turn
 
     def start(self) -> bytes:
-        shell = {
+        shell: dict[str, Any] = {
             "id": self.message_id,
             "type": "message",
             "role": "assistant",
@@ -401,7 +400,7 @@ def chat_reply_from_message(message: dict[str, Any]) -> dict[str, Any]:
     if calls:
         chat_message["tool_calls"] = calls
     reverse = {v: k for k, v in _STOP_REASONS.items()}
-    usage = message.get("usage") if isinstance(message.get("usage"), dict) else {}
+    usage = as_dict(message.get("usage"))
     prompt, completion = int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0)
     return {
         "id": message.get("id"),

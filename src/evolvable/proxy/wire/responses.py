@@ -14,8 +14,8 @@ from typing import Any
 import orjson
 
 from evolvable.proxy.errors import error_body
-from evolvable.proxy.wire.base import WireError, WireRequest, require
-from evolvable.proxy.wire.sse import AssistantTurn, ChatDeltas, SSEDecoder, events_of, frame
+from evolvable.proxy.wire.base import WireError, WireRequest, require, require_list
+from evolvable.proxy.wire.sse import AssistantTurn, ChatDeltas, SSEDecoder, as_dict, events_of, frame
 
 PROTOCOL = "responses"
 NATIVE_PATH = "/v1/responses"
@@ -64,7 +64,7 @@ def parse(body: dict[str, Any]) -> WireRequest:
         messages.append({"role": "system", "content": instructions})
     if isinstance(raw_input, str):
         messages.append({"role": "user", "content": raw_input})
-    else:
+    elif isinstance(raw_input, list):
         messages.extend(input_messages(raw_input))
     chat: dict[str, Any] = {"model": model, "messages": messages}
     tools = body.get("tools")
@@ -156,7 +156,7 @@ def _message(item: dict[str, Any], where: str) -> dict[str, Any]:
     content = item.get("content")
     if isinstance(content, str):
         return {"role": role, "content": content}
-    require(isinstance(content, list), f"{where}.content must be a string or a list of parts", f"{where}.content")
+    content = require_list(content, f"{where}.content must be a string or a list of parts", f"{where}.content")
     parts: list[dict[str, Any]] = []
     for j, part in enumerate(content):
         at = f"{where}.content[{j}]"
@@ -500,7 +500,7 @@ def chat_reply_from_response(response: dict[str, Any]) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": text if has_text else None}
     if calls:
         message["tool_calls"] = calls
-    usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
+    usage = as_dict(response.get("usage"))
     finish = "tool_calls" if calls else "length" if response.get("status") == "incomplete" else "stop"
     return {
         "id": response.get("id"),

@@ -9,6 +9,11 @@ from typing import Any
 import orjson
 
 
+def as_dict(value: Any) -> dict[str, Any]:
+    """`value` if it is a JSON object, else an empty one (wire input is untrusted)."""
+    return value if isinstance(value, dict) else {}
+
+
 def frame(data: dict[str, Any], event: str | None = None) -> bytes:
     """One SSE event; `event:` named as the Responses and Messages streams do."""
     head = b"event: " + event.encode() + b"\n" if event else b""
@@ -90,14 +95,14 @@ class AssistantTurn:
         turn.model = reply.get("model") if isinstance(reply.get("model"), str) else None
         choices = reply.get("choices") or [{}]
         choice = choices[0] if isinstance(choices[0], dict) else {}
-        message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+        message = as_dict(choice.get("message"))
         content = message.get("content")
         if isinstance(content, list):  # content parts: keep their text
             content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
         if isinstance(content, str):
             turn.text, turn.has_text = content, True
         for i, tc in enumerate(message.get("tool_calls") or ()):
-            fn = tc.get("function") or {} if isinstance(tc, dict) else {}
+            tc, fn = as_dict(tc), as_dict(as_dict(tc).get("function"))
             turn.tool_calls.append(
                 {
                     "id": tc.get("id") or f"call_{i}",
@@ -134,7 +139,7 @@ class ChatDeltas:
         for choice in chunk.get("choices") or ():
             if not isinstance(choice, dict) or int(choice.get("index", 0)) != 0:
                 continue
-            delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+            delta = as_dict(choice.get("delta"))
             piece = delta.get("content")
             if isinstance(piece, str) and piece:
                 turn.text += piece
@@ -148,7 +153,7 @@ class ChatDeltas:
     def _tool_delta(self, tc: Any) -> Iterator[tuple[Any, ...]]:
         if not isinstance(tc, dict):
             return
-        fn = tc.get("function") if isinstance(tc.get("function"), dict) else {}
+        fn = as_dict(tc.get("function"))
         key = int(tc.get("index", 0))
         slot = self._slots.get(key)
         if slot is None:
