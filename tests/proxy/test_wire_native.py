@@ -19,7 +19,7 @@ from evolvable.proxy.app import create_app
 from evolvable.proxy.config import ProxyConfig, UpstreamConfig, config_from_dict
 from evolvable.proxy.hooks import RewriteResult, SessionContext
 from evolvable.proxy.wire.base import WireCall
-from evolvable.store import Store
+from evolvable.store import Store, TrajectoryFilter
 
 
 class SystemPromptHarness:
@@ -97,6 +97,29 @@ def test_a_harness_change_is_translated_so_it_applies(
         response = client.responses.create(model="mock", input="hi")
         assert response.id.startswith("resp_") and "native" not in response.id
         assert upstream.requests[-1]["messages"][0] == {"role": "system", "content": "harness"}
+    finally:
+        server.stop()
+
+
+def test_a_native_only_upstream_gets_the_harness_in_its_own_protocol(
+    upstream: MockUpstream, sqlite_store: Store, tmp_path: Path
+) -> None:
+    server = _start(upstream, sqlite_store, tmp_path / "s", ("responses", "messages"), rewriter=SystemPromptHarness())
+    try:
+        openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0).responses.create(
+            model="mock", instructions="mine", input="hi", metadata={"k": "v"}
+        )
+        sent = upstream.requests[-1]
+        assert sent["instructions"] == "harness\n\nmine" and sent["metadata"] == {"k": "v"}
+        assert sent["input"] == [{"role": "user", "content": "hi"}]
+        anthropic.Anthropic(base_url=server.url, api_key="x", max_retries=0).messages.create(
+            model="mock", max_tokens=5, messages=[{"role": "user", "content": "hi"}]
+        )
+        assert upstream.requests[-1]["system"] == "harness" and upstream.requests[-1]["max_tokens"] == 5
+        server.flush()
+        calls = [s for t in sqlite_store.iter_trajectories(TrajectoryFilter()) for s in t.steps]
+        assert {c.metadata["wire"]["native"] for c in calls} == {True}
+        assert all(c.request_messages[0].content == "harness" for c in calls)  # type: ignore[union-attr]
     finally:
         server.stop()
 

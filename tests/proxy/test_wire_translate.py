@@ -227,3 +227,46 @@ def test_error_bodies() -> None:
         ]
         == "previous_response_id"
     )
+
+
+def test_a_rewritten_chat_request_maps_back_to_each_protocol() -> None:
+    """The inverse translation (a harness's rewrite for a native-only upstream) reads back to the same chat."""
+    native_messages = {
+        "model": "m",
+        "max_tokens": 9,
+        "system": "sys",
+        "metadata": {"user_id": "u"},
+        "messages": [
+            {"role": "user", "content": "q"},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": "ok"},
+                    {"type": "tool_use", "id": "t1", "name": "f", "input": {"a": 1}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "t1", "content": "r"},
+                    {"type": "text", "text": "and?"},
+                ],
+            },
+        ],
+        "tools": [{"name": "f", "description": "d", "input_schema": {"type": "object"}}],
+    }
+    chat = messages.parse(native_messages).chat
+    back = messages.request_from_chat(native_messages, chat)
+    assert back["metadata"] == {"user_id": "u"} and messages.parse(back).chat == chat
+    native_responses = {
+        "model": "m",
+        "instructions": "sys",
+        "input": [
+            {"role": "user", "content": "q"},
+            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "r"},
+        ],
+        "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}],
+    }
+    chat = responses.parse(native_responses).chat
+    assert responses.parse(responses.request_from_chat(native_responses, chat)).chat == chat

@@ -278,7 +278,7 @@ class CompletionsEndpoint:
 
             path, send_body, up_headers = (
                 native.native_path,
-                native.native_body(model),
+                native.native_body(model, body),
                 upstream_headers(native, up_headers),
             )
         ids_header = [

@@ -43,8 +43,25 @@ class WireRequest:
     store: bool = True
 
 
-class ChatReplyNormaliser(Protocol):
-    def chat_reply(self, native_reply: dict[str, Any]) -> dict[str, Any]: ...
+class NativeCodec(Protocol):
+    """Between a protocol's native form and chat form, for calls passed through to a native upstream."""
+
+    def chat_reply(self, native_reply: dict[str, Any]) -> dict[str, Any]:
+        """A native answer as the chat reply it amounts to (for the recording)."""
+        ...
+
+    def native_request(self, native: dict[str, Any], chat: dict[str, Any]) -> dict[str, Any]:
+        """The client's native request with the conversation and tools of `chat` (a harness's rewrite)."""
+        ...
+
+
+def text_of(content: Any) -> str:
+    """A chat message's content as text (a string, or the text of its parts)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return ""
 
 
 @dataclass
@@ -55,7 +72,7 @@ class WireCall:
     protocol: str
     native_path: str
     request: WireRequest
-    normaliser: ChatReplyNormaliser
+    normaliser: NativeCodec
     extra_headers: dict[str, str] = field(default_factory=dict)
     passed_through: bool = False
     tenant_id: str | None = None
@@ -64,18 +81,24 @@ class WireCall:
 
     def native_for(self, upstream: UpstreamConfig, body: dict[str, Any]) -> bool:
         """Pass through when the upstream speaks the protocol, unless it also speaks chat and the harness
-        changed the request (then the translated, rewritten request goes, so the harness applies)."""
+        changed the request (then the translated, rewritten request goes: token ids are captured on chat)."""
         if self.protocol not in upstream.protocols:
             return False
-        if "chat" not in upstream.protocols:
-            return True
+        return "chat" not in upstream.protocols or not self.rewritten(body)
+
+    def rewritten(self, body: dict[str, Any]) -> bool:
+        """Did the rewriter (the harness) change more than the model of the translated request?"""
         sent = self.request.chat
-        return body is sent or {k: v for k, v in body.items() if k != "model"} == {
+        return body is not sent and {k: v for k, v in body.items() if k != "model"} != {
             k: v for k, v in sent.items() if k != "model"
         }
 
-    def native_body(self, model: Any) -> dict[str, Any]:
-        return {**self.request.native, "model": model}
+    def native_body(self, model: Any, body: dict[str, Any]) -> dict[str, Any]:
+        """What goes to a native upstream: the client's request, with the harness's rewrite if there was one."""
+        native = (
+            self.normaliser.native_request(self.request.native, body) if self.rewritten(body) else self.request.native
+        )
+        return {**native, "model": model}
 
     def record(self, request_id: str, native: bool) -> dict[str, Any]:
         """What the capture record (and the step's metadata) says about the wire."""

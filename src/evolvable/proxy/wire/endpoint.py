@@ -21,7 +21,7 @@ from evolvable.errors import EvolvableError
 from evolvable.proxy.completions import CompletionsEndpoint, RequestRejected
 from evolvable.proxy.config import UpstreamConfig
 from evolvable.proxy.wire import messages, responses
-from evolvable.proxy.wire.base import ChatReplyNormaliser, WireCall, WireError, WireRequest
+from evolvable.proxy.wire.base import NativeCodec, WireCall, WireError, WireRequest
 from evolvable.proxy.wire.history import ResponseHistory
 from evolvable.proxy.wire.sse import AssistantTurn
 
@@ -52,7 +52,7 @@ class Adapter:
     stream: Callable[[str, WireRequest], Translator]
     render_error: Callable[..., bytes]
     rewrap_error: Callable[[int, bytes], bytes]
-    normaliser: ChatReplyNormaliser
+    normaliser: NativeCodec
 
 
 ADAPTERS = {

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from evolvable.proxy.wire.base import WireError, WireRequest, require, require_dict, require_list
+from evolvable.proxy.wire.base import WireError, WireRequest, require, require_dict, require_list, text_of
 from evolvable.proxy.wire.sse import AssistantTurn, ChatDeltas, SSEDecoder, as_dict, events_of, frame
 
 PROTOCOL = "messages"
@@ -373,10 +373,80 @@ class StreamTranslator:
 
 
 class Normaliser:
-    """A native Messages answer in chat form, for the recording (the client got the native bytes)."""
+    """Native Messages <-> chat form, for calls passed through to a Messages-speaking upstream."""
 
     def chat_reply(self, native_reply: dict[str, Any]) -> dict[str, Any]:
         return chat_reply_from_message(native_reply)
+
+    def native_request(self, native: dict[str, Any], chat: dict[str, Any]) -> dict[str, Any]:
+        return request_from_chat(native, chat)
+
+
+def request_from_chat(native: dict[str, Any], chat: dict[str, Any]) -> dict[str, Any]:
+    """The client's Messages request carrying `chat`'s system prompt, conversation and tools (the inverse of
+    `parse`, for a harness's rewrite; blocks the proxy skips on the way in, e.g. thinking, are not restored)."""
+    system = [text_of(m.get("content")) for m in chat["messages"] if m.get("role") == "system"]
+    turns: list[dict[str, Any]] = []
+    for m in chat["messages"]:
+        role = m.get("role")
+        if role == "system":
+            continue
+        if role == "assistant":
+            blocks: list[dict[str, Any]] = (
+                [{"type": "text", "text": text_of(m.get("content"))}] if m.get("content") else []
+            )
+            for tc in m.get("tool_calls") or ():
+                fn = as_dict(as_dict(tc).get("function"))
+                blocks.append(
+                    {
+                        "type": "tool_use",
+                        "id": tc.get("id"),
+                        "name": fn.get("name"),
+                        "input": _tool_input(fn.get("arguments") or ""),
+                    }
+                )
+            turns.append({"role": "assistant", "content": blocks})
+            continue
+        if role == "tool":
+            blocks = [
+                {"type": "tool_result", "tool_use_id": m.get("tool_call_id"), "content": text_of(m.get("content"))}
+            ]
+        else:
+            blocks = _user_blocks(m.get("content"))
+        if turns and turns[-1]["role"] == "user":  # tool results and the user's text share one user turn
+            turns[-1]["content"].extend(blocks)
+        else:
+            turns.append({"role": "user", "content": blocks})
+    body = {**native, "messages": turns}
+    body.pop("system", None)
+    if system:
+        body["system"] = "\n\n".join(system)
+    if chat.get("tools"):
+        body["tools"] = [
+            {
+                "name": fn.get("name"),
+                "description": fn.get("description", ""),
+                "input_schema": fn.get("parameters") or {"type": "object"},
+            }
+            for fn in (as_dict(as_dict(t).get("function")) for t in chat["tools"])
+        ]
+    return body
+
+
+def _user_blocks(content: Any) -> list[dict[str, Any]]:
+    if not isinstance(content, list):
+        return [{"type": "text", "text": text_of(content)}]
+    blocks: list[dict[str, Any]] = []
+    for part in content:
+        part = as_dict(part)
+        if part.get("type") == "image_url":
+            url = str(as_dict(part.get("image_url")).get("url", ""))
+            media, _, data = url[5:].partition(";base64,") if url.startswith("data:") else ("", "", "")
+            source = {"type": "base64", "media_type": media, "data": data} if data else {"type": "url", "url": url}
+            blocks.append({"type": "image", "source": source})
+        else:
+            blocks.append({"type": "text", "text": str(part.get("text", ""))})
+    return blocks
 
 
 def chat_reply_from_message(message: dict[str, Any]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from evolvable.proxy.errors import error_body
-from evolvable.proxy.wire.base import WireError, WireRequest, require, require_list
+from evolvable.proxy.wire.base import WireError, WireRequest, require, require_list, text_of
 from evolvable.proxy.wire.sse import AssistantTurn, ChatDeltas, SSEDecoder, as_dict, events_of, frame
 
 PROTOCOL = "responses"
@@ -474,10 +474,66 @@ class StreamTranslator:
 
 
 class Normaliser:
-    """A native Responses answer in chat form, for the recording (the client got the native bytes)."""
+    """Native Responses <-> chat form, for calls passed through to a Responses-speaking upstream."""
 
     def chat_reply(self, native_reply: dict[str, Any]) -> dict[str, Any]:
         return chat_reply_from_response(native_reply)
+
+    def native_request(self, native: dict[str, Any], chat: dict[str, Any]) -> dict[str, Any]:
+        return request_from_chat(native, chat)
+
+
+def request_from_chat(native: dict[str, Any], chat: dict[str, Any]) -> dict[str, Any]:
+    """The client's Responses request carrying `chat`'s instructions, input and tools (the inverse of
+    `parse`, for a harness's rewrite; reasoning items the proxy skips on the way in are not restored)."""
+    system = [text_of(m.get("content")) for m in chat["messages"] if m.get("role") == "system"]
+    items: list[dict[str, Any]] = []
+    for m in chat["messages"]:
+        role = m.get("role")
+        if role == "tool":
+            items.append(
+                {"type": "function_call_output", "call_id": m.get("tool_call_id"), "output": text_of(m.get("content"))}
+            )
+        elif role == "assistant":
+            if m.get("content"):
+                items.append({"role": "assistant", "content": text_of(m.get("content"))})
+            for tc in m.get("tool_calls") or ():
+                fn = as_dict(as_dict(tc).get("function"))
+                items.append(
+                    {
+                        "type": "function_call",
+                        "call_id": tc.get("id"),
+                        "name": fn.get("name"),
+                        "arguments": fn.get("arguments") or "",
+                    }
+                )
+        elif role != "system":
+            items.append({"role": "user", "content": _input_content(m.get("content"))})
+    body = {**native, "input": items}
+    body.pop("instructions", None)
+    if system:
+        body["instructions"] = "\n\n".join(system)
+    if chat.get("tools"):
+        body["tools"] = [
+            {"type": "function", **{k: fn[k] for k in ("name", "description", "parameters", "strict") if k in fn}}
+            for fn in (as_dict(as_dict(t).get("function")) for t in chat["tools"])
+        ]
+    return body
+
+
+def _input_content(content: Any) -> Any:
+    if not isinstance(content, list):
+        return text_of(content)
+    parts = []
+    for part in content:
+        part = as_dict(part)
+        if part.get("type") == "image_url":
+            parts.append(
+                {"type": "input_image", "image_url": as_dict(part.get("image_url")).get("url"), "detail": "auto"}
+            )
+        else:
+            parts.append({"type": "input_text", "text": str(part.get("text", ""))})
+    return parts
 
 
 def chat_reply_from_response(response: dict[str, Any]) -> dict[str, Any]:
