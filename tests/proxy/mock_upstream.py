@@ -2,7 +2,8 @@
 
 The model name picks the behaviour: `mock` answers with text, `mock-tools` with one tool call
 (`mock-tools-parallel`: two), `reject-token-fields` refuses vLLM's token fields with a 400,
-`error-500`, `malformed`, `slow` (sleeps), `stream-slow` (pauses between chunks). `/v1/responses` and
+`error-500`, `malformed`, `slow` (sleeps), `stream-slow` (pauses between chunks), `ignore-stream`
+(answers a stream request with one JSON reply). `/v1/responses` and
 `/v1/messages` answer natively (an echo), for the wire pass-through tests. Token ids and
 logprobs are returned with vLLM's field names when asked for. Every request body is kept in `requests`.
 """
@@ -86,7 +87,7 @@ class MockUpstream:
             await asyncio.sleep(5)
         want_ids, want_lps = bool(body.get("return_token_ids")), bool(body.get("logprobs"))
         n = int(body.get("n") or 1)
-        if body.get("stream"):
+        if body.get("stream") and model != "ignore-stream":
             return await self._stream(request, body, n, want_ids, want_lps)
         choices = []
         for i in range(n):

@@ -3,6 +3,7 @@ client: text, tool loops, streams, `x-api-key`, count_tokens, Anthropic-shaped e
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import anthropic
@@ -160,3 +161,33 @@ def test_upstream_errors_are_anthropic_shaped(lite_proxy: ProxyServer) -> None:
             model="error-500", max_tokens=5, messages=[{"role": "user", "content": "x"}]
         )
     assert caught.value.body == {"type": "error", "error": {"type": "api_error", "message": "engine exploded"}}
+
+
+def test_a_stream_answered_with_one_reply_still_streams(lite_proxy: ProxyServer) -> None:
+    ask: dict[str, Any] = {"model": "ignore-stream", "max_tokens": 9, "messages": [{"role": "user", "content": "x y"}]}
+    with _client(lite_proxy).messages.stream(**ask) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert text == "echo 0: x y" and final.stop_reason == "end_turn" and final.usage.output_tokens == 5
+
+
+def test_a_client_that_leaves_mid_stream_leaves_a_partial_step(lite_proxy: ProxyServer, sqlite_store: Store) -> None:
+    session = new_session(lite_proxy)
+    body = {
+        "model": "stream-slow",
+        "max_tokens": 500,
+        "stream": True,
+        "messages": [{"role": "user", "content": "a b c"}],
+    }
+    with httpx.stream(
+        "POST", f"{lite_proxy.url}/v1/messages", json=body, headers={"x-api-key": session["api_key"]}
+    ) as r:
+        received = next(r.iter_bytes())
+    assert b"message_start" in received
+    deadline = time.monotonic() + 10
+    calls: list[LLMCallStep] = []
+    while not calls and time.monotonic() < deadline:  # the proxy notices at its next chunk
+        calls, _ = _steps(lite_proxy, sqlite_store, session["id"])
+        time.sleep(0.1)
+    [call] = calls
+    assert call.error is not None and call.error.type == "client_disconnected"

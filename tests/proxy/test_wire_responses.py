@@ -203,3 +203,9 @@ def test_upstream_errors_reach_the_client_in_the_openai_shape(lite_proxy: ProxyS
     with pytest.raises(openai.InternalServerError) as caught:
         _client(lite_proxy).responses.create(model="error-500", input="hi")
     assert caught.value.body["message"] == "engine exploded"  # type: ignore[index]
+
+
+def test_a_stream_answered_with_one_reply_still_streams(lite_proxy: ProxyServer) -> None:
+    events = list(_client(lite_proxy).responses.create(model="ignore-stream", input="x y", stream=True))
+    assert events[0].type == "response.created" and events[-1].type == "response.completed"
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == "echo 0: x y"

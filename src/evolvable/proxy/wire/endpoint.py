@@ -342,6 +342,8 @@ class _Relay:
         t0 = time.perf_counter()
         raw = b"".join(self.parts)
         assert self.start is not None
+        if self.status == 200 and self.request.stream and not self.call.passed_through:
+            return await self._send_as_stream(raw)
         if self.status == 200 and not self.call.passed_through:
             wire_reply, self.turn = self.adapter.reply(orjson.loads(raw), self.wire_id, self.request)
             out = orjson.dumps(wire_reply)
@@ -355,6 +357,30 @@ class _Relay:
         headers.append((b"content-length", str(len(out)).encode()))
         await self.send({**self.start, "headers": headers})
         await self.send({"type": "http.response.body", "body": out})
+
+    async def _send_as_stream(self, raw: bytes) -> None:
+        """The client asked for a stream and the upstream answered with one reply: the protocol's events
+        for it, from the reply as a single chat chunk."""
+        assert self.start is not None
+        turn = AssistantTurn.from_chat_reply(orjson.loads(raw))
+        delta: dict[str, Any] = {"content": turn.text if turn.has_text else None}
+        if turn.tool_calls:
+            delta["tool_calls"] = [
+                {"index": i, "id": c["id"], "function": {"name": c["name"], "arguments": c["arguments"]}}
+                for i, c in enumerate(turn.tool_calls)
+            ]
+        chunk = {
+            "model": turn.model,
+            "usage": turn.usage,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": turn.finish_reason}],
+        }
+        translator = self.adapter.stream(self.wire_id, self.request)
+        body = translator.start() + translator.feed(b"data: " + orjson.dumps(chunk) + b"\n\n") + translator.finish()
+        self.turn, self.answered = translator.turn, translator.turn.error is None
+        headers = [(k, v) for k, v in self.start["headers"] if k not in (b"content-length", b"content-type")]
+        headers = [(b"content-type", b"text/event-stream; charset=utf-8"), *_with_overhead(headers, self.pre_s)]
+        await self.send({**self.start, "headers": headers})
+        await self.send({"type": "http.response.body", "body": body})
 
 
 def _with_overhead(headers: Headers, added_s: float) -> Headers:
