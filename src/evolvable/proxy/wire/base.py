@@ -38,8 +38,6 @@ class WireRequest:
     native: dict[str, Any]
     chat: dict[str, Any]
     stream: bool
-    history: list[dict[str, Any]] = field(default_factory=list)
-    """Chat messages the client's turn continues from (`previous_response_id`), already in `chat`."""
     store: bool = True
 
 

@@ -140,7 +140,8 @@ class WireEndpoint:
             owner = (call.tenant_id or "default", call.session_id)
             self.history.remember(relay.wire_id, owner, responses.conversation(request, relay.turn.message()))
 
-    async def _request(self, scope: dict[str, Any], receive: Any, adapter: Adapter, headers: Headers) -> WireRequest:
+    async def _read_json(self, scope: dict[str, Any], receive: Any) -> dict[str, Any]:
+        """The request body as a JSON object (size-limited as on the chat path), or a WireError."""
         if scope["method"] != "POST":
             raise WireError(405, "use POST", "method_not_allowed")
         raw = await self.hot_path._read_body(scope, receive, self.rt.config.max_body_bytes)
@@ -150,6 +151,10 @@ class WireEndpoint:
             raise WireError(400, f"request body is not valid JSON: {err}", "invalid_json") from None
         if not isinstance(body, dict):
             raise WireError(400, "request body must be a JSON object", "invalid_json")
+        return body
+
+    async def _request(self, scope: dict[str, Any], receive: Any, adapter: Adapter, headers: Headers) -> WireRequest:
+        body = await self._read_json(scope, receive)
         request = adapter.parse(body)
         previous = body.get("previous_response_id")
         if previous and "responses" not in self._upstream(body.get("model")).protocols:
@@ -182,16 +187,7 @@ class WireEndpoint:
         render = messages.render_error
         headers = edge_headers(scope["headers"])
         try:
-            if scope["method"] != "POST":
-                raise WireError(405, "use POST", "method_not_allowed")
-            raw = await self.hot_path._read_body(scope, receive, self.rt.config.max_body_bytes)
-            try:
-                body = orjson.loads(raw)
-            except orjson.JSONDecodeError as err:
-                raise WireError(400, f"request body is not valid JSON: {err}", "invalid_json") from None
-            if not isinstance(body, dict):
-                raise WireError(400, "request body must be a JSON object", "invalid_json")
-            request = messages.parse(body, counting=True)
+            request = messages.parse(await self._read_json(scope, receive), counting=True)
             _, _, forward = await self.hot_path._identify(dict(headers))
             status, payload = await self._count(request, forward, _forwarded_headers(headers))
         except WireError as err:

@@ -11,8 +11,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import orjson
-
 from evolvable.proxy.errors import error_body
 from evolvable.proxy.wire.base import WireError, WireRequest, require, require_list, text_of
 from evolvable.proxy.wire.sse import AssistantTurn, ChatDeltas, SSEDecoder, as_dict, events_of, frame
@@ -100,7 +98,6 @@ def with_history(request: WireRequest, history: list[dict[str, Any]]) -> WireReq
     messages = request.chat["messages"]
     head = 1 if request.native.get("instructions") else 0
     request.chat["messages"] = [*messages[:head], *history, *messages[head:]]
-    request.history = history
     return request
 
 
@@ -593,7 +590,3 @@ def chat_reply_from_stream(sse_text: str) -> dict[str, Any]:
     reply = chat_reply_from_response(partial)
     reply["choices"][0]["finish_reason"] = None
     return reply
-
-
-def chat_bytes(request: WireRequest) -> bytes:
-    return orjson.dumps(request.chat)
