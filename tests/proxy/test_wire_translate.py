@@ -270,3 +270,48 @@ def test_a_rewritten_chat_request_maps_back_to_each_protocol() -> None:
     }
     chat = responses.parse(native_responses).chat
     assert responses.parse(responses.request_from_chat(native_responses, chat)).chat == chat
+
+
+def test_a_claude_code_shaped_request_translates() -> None:
+    """cache_control everywhere, a system block list, thinking, and a tool result holding an image."""
+    cached = {"type": "ephemeral"}
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}}
+    chat = messages.parse(
+        {
+            "model": "m",
+            "max_tokens": 32000,
+            "stream": True,
+            "thinking": {"type": "enabled", "budget_tokens": 1024},
+            "metadata": {"user_id": "user_abc"},
+            "system": [{"type": "text", "text": "You are Claude Code.", "cache_control": cached}],
+            "tools": [
+                {
+                    "name": "Read",
+                    "description": "Read a file",
+                    "input_schema": {"type": "object"},
+                    "cache_control": cached,
+                }
+            ],
+            "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "look at a.png", "cache_control": cached}]},
+                {
+                    "role": "assistant",
+                    "content": [{"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {"path": "a.png"}}],
+                },
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": "toolu_1",
+                            "content": [{"type": "text", "text": "an image:"}, image],
+                        }
+                    ],
+                },
+            ],
+        }
+    ).chat
+    assert [m["role"] for m in chat["messages"]] == ["system", "user", "assistant", "tool", "user"]
+    assert chat["messages"][3] == {"role": "tool", "tool_call_id": "toolu_1", "content": "an image:"}
+    assert chat["messages"][4]["content"] == [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}]
+    assert chat["user"] == "user_abc" and chat["max_tokens"] == 32000

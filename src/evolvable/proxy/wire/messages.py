@@ -157,7 +157,7 @@ def _message(message: Any, where: str) -> list[dict[str, Any]]:
                 isinstance(block.get("tool_use_id"), str), f"{at}.tool_use_id: must be a string", f"{at}.tool_use_id"
             )
             tool_results.append(
-                {"role": "tool", "tool_call_id": block["tool_use_id"], "content": _result_text(block, at)}
+                {"role": "tool", "tool_call_id": block["tool_use_id"], "content": _result_text(block, at, parts)}
             )
         elif kind in _IGNORED_BLOCKS:
             continue
@@ -193,19 +193,29 @@ def _image_url(block: dict[str, Any], at: str) -> str:
     )
 
 
-def _result_text(block: dict[str, Any], at: str) -> str:
+def _result_text(block: dict[str, Any], at: str, user_parts: list[dict[str, Any]]) -> str:
+    """A tool result's text. Chat tool messages hold text only, so its images go to the user turn that
+    follows the tool messages (appended to `user_parts`), as the model would see them."""
     content = block.get("content", "")
     if isinstance(content, str):
         text = content
     else:
-        require(isinstance(content, list), f"{at}.content: must be a string or a list of blocks", f"{at}.content")
-        pieces = [c.get("text") for c in content if isinstance(c, dict) and c.get("type") == "text"]
-        require(
-            len(pieces) == len(content),
-            f"{at}.content: only text blocks are supported in tool results",
-            f"{at}.content",
-        )
-        text = "".join(pieces)  # type: ignore[arg-type]
+        content = require_list(content, f"{at}.content: must be a string or a list of blocks", f"{at}.content")
+        texts = []
+        for k, item in enumerate(content):
+            item = as_dict(item)
+            if item.get("type") == "text" and isinstance(item.get("text"), str):
+                texts.append(item["text"])
+            elif item.get("type") == "image":
+                user_parts.append({"type": "image_url", "image_url": {"url": _image_url(item, f"{at}.content.{k}")}})
+            else:
+                raise WireError(
+                    400,
+                    f"{at}.content.{k}: only text and image blocks are supported in tool results",
+                    "invalid_request_error",
+                    f"{at}.content.{k}",
+                )
+        text = "".join(texts)
     return f"Error: {text}" if block.get("is_error") else text
 
 
