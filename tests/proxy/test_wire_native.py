@@ -133,10 +133,10 @@ def test_protocols_are_validated_in_the_config() -> None:
 
 
 def test_native_for_needs_the_protocol_and_an_untouched_request() -> None:
-    from evolvable.proxy.wire import responses
+    from evolvable.proxy.wire import responses, responses_native
 
     request = responses.parse({"model": "m", "input": "hi"})
-    call = WireCall("responses", "/v1/responses", request, responses.Normaliser())
+    call = WireCall("responses", "/v1/responses", request, responses_native.Normaliser())
     chat_only = UpstreamConfig(name="a", base_url="http://x")
     both = UpstreamConfig(name="b", base_url="http://x", protocols=("chat", "responses"))
     only = UpstreamConfig(name="c", base_url="http://x", protocols=("responses",))

@@ -11,7 +11,7 @@ import openai.types.responses as rt
 import pytest
 from pydantic import TypeAdapter
 
-from evolvable.proxy.wire import messages, responses
+from evolvable.proxy.wire import messages, messages_native, responses, responses_native
 from evolvable.proxy.wire.base import WireError
 from evolvable.proxy.wire.sse import SSEDecoder, events_of
 
@@ -256,7 +256,7 @@ def test_a_rewritten_chat_request_maps_back_to_each_protocol() -> None:
         "tools": [{"name": "f", "description": "d", "input_schema": {"type": "object"}}],
     }
     chat = messages.parse(native_messages).chat
-    back = messages.request_from_chat(native_messages, chat)
+    back = messages_native.request_from_chat(native_messages, chat)
     assert back["metadata"] == {"user_id": "u"} and messages.parse(back).chat == chat
     native_responses = {
         "model": "m",
@@ -269,7 +269,7 @@ def test_a_rewritten_chat_request_maps_back_to_each_protocol() -> None:
         "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}],
     }
     chat = responses.parse(native_responses).chat
-    assert responses.parse(responses.request_from_chat(native_responses, chat)).chat == chat
+    assert responses.parse(responses_native.request_from_chat(native_responses, chat)).chat == chat
 
 
 def test_a_claude_code_shaped_request_translates() -> None:

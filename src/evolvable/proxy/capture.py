@@ -505,9 +505,9 @@ class Converter:
 
 def _native_stream(protocol: str, sse_text: str) -> dict[str, Any]:
     """A stream a native upstream sent in its own protocol, as the chat reply it amounts to."""
-    from evolvable.proxy.wire import messages, responses
+    from evolvable.proxy.wire import messages_native, responses_native
 
-    module = responses if protocol == responses.PROTOCOL else messages
+    module = responses_native if protocol == "responses" else messages_native
     return module.chat_reply_from_stream(sse_text)
 
 

@@ -20,7 +20,7 @@ import orjson
 from evolvable.errors import EvolvableError
 from evolvable.proxy.completions import CompletionsEndpoint, RequestRejected
 from evolvable.proxy.config import UpstreamConfig
-from evolvable.proxy.wire import messages, responses
+from evolvable.proxy.wire import messages, messages_native, responses, responses_native
 from evolvable.proxy.wire.base import NativeCodec, WireCall, WireError, WireRequest
 from evolvable.proxy.wire.history import ResponseHistory
 from evolvable.proxy.wire.sse import AssistantTurn
@@ -65,7 +65,7 @@ ADAPTERS = {
         responses.StreamTranslator,
         responses.render_error,
         responses.rewrap_error,
-        responses.Normaliser(),
+        responses_native.Normaliser(),
     ),
     "messages": Adapter(
         messages.PROTOCOL,
@@ -76,7 +76,7 @@ ADAPTERS = {
         messages.StreamTranslator,
         messages.render_error,
         messages.rewrap_error,
-        messages.Normaliser(),
+        messages_native.Normaliser(),
     ),
 }
 
