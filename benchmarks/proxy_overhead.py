@@ -9,7 +9,10 @@ also time to first byte) and requests/s. "Added" = target minus direct, per perc
     benchmarks/setup_litellm.sh          # once: LiteLLM into .venv-bench-litellm (optional peer)
     .venv/bin/python benchmarks/proxy_overhead.py [--duration 3] [--skip-litellm]
 
-Writes benchmarks/results/proxy_overhead.json and prints a Rich table.
+The same Evolvable process is also measured through `/v1/responses` and `/v1/messages` (translated to
+chat for this chat-only upstream); the checks report what translation adds over the chat endpoint.
+
+Writes benchmarks/results/proxy_overhead.json (`--results PATH` for another file) and prints a Rich table.
 """
 
 from __future__ import annotations
@@ -44,6 +47,23 @@ REQUEST = {
     "temperature": 0.2,
     "max_tokens": 64,
 }
+WIRE_REQUESTS = {
+    "/v1/responses": {
+        "model": "mock",
+        "instructions": REQUEST["messages"][0]["content"],
+        "input": REQUEST["messages"][1]["content"],
+        "temperature": 0.2,
+        "max_output_tokens": 64,
+    },
+    "/v1/messages": {
+        "model": "mock",
+        "system": REQUEST["messages"][0]["content"],
+        "messages": [REQUEST["messages"][1]],
+        "temperature": 0.2,
+        "max_tokens": 64,
+    },
+}
+"""The same call in the Responses and Messages protocols (the proxy translates them to chat)."""
 
 
 def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 120, headers: dict | None = None) -> None:
@@ -111,7 +131,8 @@ def run_load(
     import aiohttp
     import uvloop
 
-    body = json.dumps({**REQUEST, "stream": stream}).encode()
+    request = next((body for path, body in WIRE_REQUESTS.items() if url.endswith(path)), REQUEST)
+    body = json.dumps({**request, "stream": stream}).encode()
     headers = {"Content-Type": "application/json"}
     if auth:
         headers["Authorization"] = f"Bearer {auth}"
@@ -366,6 +387,8 @@ def orchestrate(
                 ),
             )
         )
+        for wire in ("responses", "messages"):  # the same Evolvable process, through a wire adapter
+            targets.append((f"evolvable {wire}", f"http://127.0.0.1:{evo_port}/v1/{wire}", None, None))
         if not skip_litellm:
             if not LITELLM_BIN.exists():
                 console.print("[yellow]LiteLLM not installed (run benchmarks/setup_litellm.sh); skipping it[/]")
@@ -407,7 +430,7 @@ def orchestrate(
                     for r in range(rounds):
                         progress.update(task, description=f"c={c} {'stream' if stream else 'plain'} round {r + 1}")
                         for name, url, auth, _starter in targets:
-                            pid = pids.get(name)
+                            pid = pids.get("evolvable (capture on)" if name.startswith("evolvable") else name)
                             cpu0 = cpu_seconds(pid) if pid else 0.0
                             run = measure_raw(url, c, stream, duration_s / rounds, auth)
                             if name.startswith("evolvable"):
@@ -457,6 +480,12 @@ def add_deltas(results: dict[str, Any]) -> None:
         e, li = by[(evo, 16, False)]["added_ttlb_p99"], by[(lite, 16, False)]["added_ttlb_p99"]
         checks["litellm_over_evolvable_added_p99_c16"] = li / e if e > 0 else float("inf")
         checks["target_20x_less_than_litellm"] = li >= 20 * e
+    for wire in ("responses", "messages"):
+        key = (f"evolvable {wire}", 1, False)
+        if key in by and (evo, 1, False) in by:
+            added = by[key]["ttlb_p50"] - by[(evo, 1, False)]["ttlb_p50"]
+            checks[f"{wire}_translation_added_p50_c1_ms"] = added
+            checks[f"target_{wire}_translation_le_1ms"] = added <= 1.0
     results["checks"] = checks
 
 
@@ -523,6 +552,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="Interleaved rounds per cell.")
     parser.add_argument("--no-boost", action="store_true", help="Do not raise the benchmark's CPU priority.")
     parser.add_argument("--evolvable-config", type=Path, help="A proxy config file for the Evolvable target.")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="Where to write the JSON results.")
     args = parser.parse_args()
     if args.role == "bare":
         run_bare(args.port, args.upstream)
@@ -534,8 +564,8 @@ def main() -> None:
             args.duration, args.skip_litellm, concurrencies, args.rounds, not args.no_boost, args.evolvable_config
         )
         results["machine"]["loadavg_end"] = os.getloadavg()
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(json.dumps(results, indent=2))
+        args.results.parent.mkdir(parents=True, exist_ok=True)
+        args.results.write_text(json.dumps(results, indent=2))
         print_table(results)
 
 

@@ -2,7 +2,9 @@
 
 The model name picks the behaviour: `mock` answers with text, `mock-tools` with one tool call
 (`mock-tools-parallel`: two), `reject-token-fields` refuses vLLM's token fields with a 400,
-`error-500`, `malformed`, `slow` (sleeps), `stream-slow` (pauses between chunks). Token ids and
+`error-500`, `malformed`, `slow` (sleeps), `stream-slow` (pauses between chunks), `ignore-stream`
+(answers a stream request with one JSON reply). `/v1/responses` and
+`/v1/messages` answer natively (an echo), for the wire pass-through tests. Token ids and
 logprobs are returned with vLLM's field names when asked for. Every request body is kept in `requests`.
 """
 
@@ -19,6 +21,11 @@ from aiohttp import web
 PROMPT_IDS = [101, 102, 103]
 
 
+def _pieces(text: str) -> list[str]:
+    """Stream deltas that join to exactly `text`."""
+    return [text[i : i + 4] for i in range(0, len(text), 4)]
+
+
 def _words(text: str) -> list[str]:
     return [w + " " for w in text.split()] or ["ok"]
 
@@ -26,6 +33,7 @@ def _words(text: str) -> list[str]:
 class MockUpstream:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
+        self.native_headers: list[dict[str, str]] = []
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
@@ -79,7 +87,7 @@ class MockUpstream:
             await asyncio.sleep(5)
         want_ids, want_lps = bool(body.get("return_token_ids")), bool(body.get("logprobs"))
         n = int(body.get("n") or 1)
-        if body.get("stream"):
+        if body.get("stream") and model != "ignore-stream":
             return await self._stream(request, body, n, want_ids, want_lps)
         choices = []
         for i in range(n):
@@ -229,6 +237,101 @@ class MockUpstream:
             }
         return web.json_response(reply)
 
+    # ------------------------------------------------------------------ native Responses / Messages
+
+    async def responses(self, request: web.Request) -> web.StreamResponse:
+        """A Responses-speaking server: echoes the last input text (for pass-through tests)."""
+        body = await request.json()
+        self.requests.append(body)
+        self.native_headers.append(dict(request.headers))
+        items = body["input"] if isinstance(body["input"], list) else [{"content": body["input"]}]
+        text = f"native: {items[-1].get('content')}"
+        item = {
+            "id": "msg_native",
+            "type": "message",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": text, "annotations": []}],
+        }
+        response = {
+            "id": f"resp_native_{len(self.requests)}",
+            "object": "response",
+            "created_at": 1700000000,
+            "status": "completed",
+            "model": body["model"],
+            "output": [item],
+            "usage": {"input_tokens": 4, "output_tokens": 2, "total_tokens": 6},
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+        }
+        if not body.get("stream"):
+            return web.json_response(response)
+        events = [
+            {"type": "response.created", "response": {**response, "status": "in_progress", "output": []}},
+            {"type": "response.output_item.added", "output_index": 0, "item": {**item, "content": []}},
+            *(
+                {
+                    "type": "response.output_text.delta",
+                    "item_id": "msg_native",
+                    "output_index": 0,
+                    "content_index": 0,
+                    "delta": w,
+                }
+                for w in _pieces(text)
+            ),
+            {"type": "response.output_item.done", "output_index": 0, "item": item},
+            {"type": "response.completed", "response": response},
+        ]
+        return await self._native_stream(request, events)
+
+    async def messages(self, request: web.Request) -> web.StreamResponse:
+        """A Messages-speaking server: echoes the last user text (for pass-through tests)."""
+        body = await request.json()
+        self.requests.append(body)
+        self.native_headers.append(dict(request.headers))
+        text = f"native: {body['messages'][-1]['content']}"
+        message = {
+            "id": f"msg_native_{len(self.requests)}",
+            "type": "message",
+            "role": "assistant",
+            "model": body["model"],
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 4, "output_tokens": 2},
+        }
+        if not body.get("stream"):
+            return web.json_response(message)
+        events = [
+            {"type": "message_start", "message": {**message, "content": [], "stop_reason": None}},
+            {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+            *(
+                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": w}}
+                for w in _pieces(text)
+            ),
+            {"type": "content_block_stop", "index": 0},
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "usage": {"output_tokens": 2},
+            },
+            {"type": "message_stop"},
+        ]
+        return await self._native_stream(request, events)
+
+    async def count_tokens(self, request: web.Request) -> web.Response:
+        await request.json()
+        return web.json_response({"input_tokens": 42})
+
+    async def _native_stream(self, request: web.Request, events: list[dict[str, Any]]) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for event in events:
+            await resp.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
+        await resp.write_eof()
+        return resp
+
     async def models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": "mock", "object": "model", "owned_by": "mock"}]})
 
@@ -246,6 +349,9 @@ class MockUpstream:
             app.router.add_post("/v1/chat/completions", self.chat)
             app.router.add_post("/v1/completions", self.completions)
             app.router.add_get("/v1/models", self.models)
+            app.router.add_post("/v1/responses", self.responses)
+            app.router.add_post("/v1/messages", self.messages)
+            app.router.add_post("/v1/messages/count_tokens", self.count_tokens)
             self._runner = web.AppRunner(app)
             self._loop.run_until_complete(self._runner.setup())
             site = web.SockSite(self._runner, sock)

@@ -36,6 +36,8 @@ from evolvable.proxy.hooks import (
 from evolvable.proxy.sessions import SessionManager
 from evolvable.proxy.spool import Spool
 from evolvable.proxy.upstream import UpstreamClient
+from evolvable.proxy.wire import WIRE_PATHS
+from evolvable.proxy.wire.endpoint import WireEndpoint
 from evolvable.proxy.writer import BackgroundWriter, WriterRunner, WriterStats
 from evolvable.store import Store
 
@@ -184,6 +186,7 @@ class ProxyApp(FastAPI):
     they are plain ASGI, so a call pays for none of FastAPI's machinery."""
 
     hot_path: CompletionsEndpoint
+    wire: WireEndpoint
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -191,6 +194,9 @@ class ProxyApp(FastAPI):
         endpoint = _HOT_PATHS.get(scope["path"])
         if endpoint is not None:
             return await self.hot_path(scope, receive, send, endpoint)
+        wire = WIRE_PATHS.get(scope["path"])
+        if wire is not None:
+            return await self.wire(scope, receive, send, wire)
         started = time.perf_counter()
 
         async def send_with_overhead(message: Any) -> None:
@@ -230,6 +236,7 @@ def create_app(
 
     app = ProxyApp(title="Evolvable proxy", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.hot_path = CompletionsEndpoint(runtime)
+    app.wire = WireEndpoint(runtime, app.hot_path)
     app.state.proxy = runtime
     app.include_router(proxy_router)
     for protocol_router in _protocol_routers():

@@ -289,6 +289,8 @@ def build_llm_step(rec: dict[str, Any]) -> LLMCallStep:
     endpoint = rec.get("ep", "chat")
     latency = rec.get("lat")
     metadata: dict[str, Any] = {k: v for k, v in (("upstream", rec.get("up")), ("client_model", rec.get("cm"))) if v}
+    if rec.get("wire"):
+        metadata["wire"] = rec["wire"]  # the protocol the client spoke (proxy.wire), its response id
     fields: dict[str, Any] = {
         "id": llm_step_id(rec["rid"]),
         "agent": rec.get("agent"),
@@ -320,7 +322,7 @@ def build_llm_step(rec: dict[str, Any]) -> LLMCallStep:
         fields["prompt"] = prompt if isinstance(prompt, str) else orjson.dumps(prompt).decode() if prompt else None
     reply = rec.get("resp")
     if reply is None and rec.get("sse") is not None:
-        reply = assemble_stream(rec["sse"])
+        reply = assemble_stream(rec["sse"]) if not rec.get("sse_wire") else _native_stream(rec["sse_wire"], rec["sse"])
     if isinstance(reply, dict):
         choices: list[CompletionChoice] = []
         try:
@@ -499,6 +501,14 @@ class Converter:
                 )
             )
         return events
+
+
+def _native_stream(protocol: str, sse_text: str) -> dict[str, Any]:
+    """A stream a native upstream sent in its own protocol, as the chat reply it amounts to."""
+    from evolvable.proxy.wire import messages_native, responses_native
+
+    module = responses_native if protocol == "responses" else messages_native
+    return module.chat_reply_from_stream(sse_text)
 
 
 def _parse_arguments(arguments: str | None) -> dict[str, Any] | str | None:

@@ -27,6 +27,7 @@ from evolvable.proxy.sessions import KEY_PREFIX, Session
 
 if TYPE_CHECKING:
     from evolvable.proxy.app import ProxyRuntime
+    from evolvable.proxy.wire.base import WireCall
 
 log = logging.getLogger("evolvable.proxy")
 
@@ -222,12 +223,17 @@ class CompletionsEndpoint:
             raise RequestRejected(400, str(err), "invalid_request_error", "unknown_upstream") from None
         if model != body.get("model"):
             body = {**body, "model": model}
+        wire = scope.get("evolvable.wire")  # a Responses/Messages call translated at the edge (proxy.wire)
+        native = wire if wire is not None and wire.native_for(upstream, body) else None
+        if wire is not None:
+            wire.passed_through = native is not None
+            wire.tenant_id, wire.session_id = principal.tenant_id, session.id if session else None
 
         keep_ids = bool(body.get("return_token_ids"))
         keep_lps = bool(body.get("logprobs"))
         injected: list[str] = []
         send_body = body
-        if rt.upstream.wants_token_fields(upstream):
+        if native is None and rt.upstream.wants_token_fields(upstream):
             send_body = dict(body)
             if not keep_ids:
                 send_body["return_token_ids"] = True
@@ -265,6 +271,16 @@ class CompletionsEndpoint:
         }
         path = "/v1/chat/completions" if endpoint == "chat" else "/v1/completions"
         up_headers = rt.upstream.headers(upstream, forward_bearer)
+        if wire is not None:
+            record["wire"] = wire.record(request_id, native is not None)
+        if native is not None:
+            from evolvable.proxy.wire.endpoint import upstream_headers
+
+            path, send_body, up_headers = (
+                native.native_path,
+                native.native_body(model, body),
+                upstream_headers(native, up_headers),
+            )
         ids_header = [
             (b"x-request-id", request_id.encode()),
             (b"x-evolvable-trajectory-id", trajectory_id.encode()),
@@ -308,11 +324,13 @@ class CompletionsEndpoint:
             return
 
         if stream and resp.status == 200 and resp.content_type == "text/event-stream":
+            if native is not None:
+                record["sse_wire"] = native.protocol
             await self._stream(
                 resp, receive, send, record, t_start, t_up, ids_header, keep_ids, keep_lps, bool(injected)
             )
             return
-        await self._plain(resp, send, record, t_start, t_up, ids_header, keep_ids, keep_lps, bool(injected))
+        await self._plain(resp, send, record, t_start, t_up, ids_header, keep_ids, keep_lps, bool(injected), native)
 
     async def _plain(
         self,
@@ -325,6 +343,7 @@ class CompletionsEndpoint:
         keep_ids: bool,
         keep_lps: bool,
         injected: bool,
+        native: WireCall | None = None,
     ) -> None:
         try:
             raw = await resp.read()
@@ -345,6 +364,8 @@ class CompletionsEndpoint:
         elif status == 200:
             try:
                 reply = orjson.loads(raw)
+                if native is not None and isinstance(reply, dict):  # recorded in chat form; the client gets `raw`
+                    reply = native.normaliser.chat_reply(reply)
                 if not isinstance(reply, dict) or not isinstance(reply.get("choices"), list):
                     raise ValueError("no choices")
             except (orjson.JSONDecodeError, ValueError):

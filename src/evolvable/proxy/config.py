@@ -21,6 +21,9 @@ class ConfigError(EvolvableError):
     """The proxy configuration is invalid."""
 
 
+WIRE_PROTOCOLS = ("chat", "responses", "messages")
+
+
 class TokenCapture(StrEnum):
     """Whether the proxy asks the upstream for engine token ids and logprobs (vLLM field names)."""
 
@@ -39,6 +42,9 @@ class UpstreamConfig:
     token_capture: TokenCapture = TokenCapture.auto
     timeout_s: float = 600.0
     connect_timeout_s: float = 10.0
+    protocols: tuple[str, ...] = ("chat",)
+    """Wire protocols the upstream serves natively (`chat`, `responses`, `messages`); a request in another
+    protocol is translated to chat completions (see docs/proxy.md, Wire protocols)."""
 
     def url(self, path: str) -> str:
         """`path` starts with /v1/...; base_url may or may not end with /v1."""
@@ -99,6 +105,10 @@ class ProxyConfig:
         names = [u.name for u in self.upstreams]
         if len(names) != len(set(names)):
             raise ConfigError(f"upstream names must be unique: {names}")
+        for up in self.upstreams:
+            unknown = [p for p in up.protocols if p not in WIRE_PROTOCOLS]
+            if unknown or not up.protocols:
+                raise ConfigError(f"upstream {up.name!r}: protocols must be a non-empty subset of {WIRE_PROTOCOLS}")
         for alias, target in self.models.items():
             if target.upstream not in names:
                 raise ConfigError(f"model alias {alias!r} points to unknown upstream {target.upstream!r}")
@@ -153,6 +163,7 @@ def config_from_dict(data: dict[str, Any]) -> ProxyConfig:
                 token_capture=TokenCapture(raw.pop("token_capture", "auto")),
                 timeout_s=float(raw.pop("timeout_s", raw.pop("timeout", 600.0))),
                 connect_timeout_s=float(raw.pop("connect_timeout_s", 10.0)),
+                protocols=tuple(str(p) for p in raw.pop("protocols", ("chat",))),
             )
             if raw:
                 raise ConfigError(f"unknown keys in upstream {up.name!r}: {sorted(raw)}")
