@@ -1,0 +1,33 @@
+"""The dashboard: `/ui/` (static pages) over an authenticated, tenant-scoped JSON API (`/v1/dashboard/...`).
+
+    install_dashboard(app, plane=plane)     # after create_app; plane may be None (no control plane)
+
+The pages hold no data of their own: they call the same JSON API any client can, with the key the
+person logged in with, so they never show what that key may not read.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fastapi.staticfiles import StaticFiles
+
+STATIC_DIR = Path(__file__).parent / "static"
+
+
+def install_dashboard(app: Any, *, plane: Any = None) -> None:
+    """Mount `/ui/` and the dashboard API on a proxy app; with a control plane, also its pages and metrics."""
+    from evolvable.dashboard.runs import runs_router
+
+    app.include_router(runs_router(plane.clusterer if plane is not None else None))
+    if plane is not None:
+        from evolvable.control.metrics import ControlCollector
+        from evolvable.dashboard.evolution import evolution_router
+
+        app.include_router(evolution_router(plane))
+        app.state.metrics_collectors = [*getattr(app.state, "metrics_collectors", ()), ControlCollector(plane)]
+    app.mount("/ui", StaticFiles(directory=STATIC_DIR, html=True), name="ui")
+
+
+__all__ = ["STATIC_DIR", "install_dashboard"]
