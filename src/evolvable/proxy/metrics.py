@@ -171,7 +171,9 @@ def metrics_router(extra: Iterable[Collector] = ()) -> APIRouter:
     async def scrape(request: Request) -> Response:
         rt: ProxyRuntime = request.app.state.proxy
         collectors = [ProxyCollector(rt), *extra, *getattr(request.app.state, "metrics_collectors", ())]
-        body = metrics.exposition(collectors, writer=True, writer_snapshot=rt.writer_metrics_path)
+        body = metrics.exposition(
+            [metrics.PROXY_REGISTRY], collectors, writer=True, writer_snapshot=rt.writer_metrics_path
+        )
         return Response(body, media_type=metrics.CONTENT_TYPE)
 
     return router
