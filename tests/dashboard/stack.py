@@ -60,7 +60,9 @@ def record_run(
     key: str,
     *,
     agent: str = AGENT,
-    text: str = "Where is my order?",
+    text: str = "Where is my order? Mail jane.doe@example.com",
+    cluster: str = "orders",
+    outcome: float = 1.0,
     judge: float | None = None,
     judge_confidence: float = 1.0,
     end: bool = True,
@@ -69,7 +71,7 @@ def record_run(
     headers = {"authorization": f"Bearer {key}"}
     with httpx.Client(base_url=url, headers=headers, timeout=30) as client:
         created = client.post(
-            "/v1/sessions", json={"agent": agent, "task_input": {"text": text}, "metadata": {"cluster": "orders"}}
+            "/v1/sessions", json={"agent": agent, "task_input": {"text": text}, "metadata": {"cluster": cluster}}
         )
         created.raise_for_status()
         session = created.json()
@@ -86,7 +88,9 @@ def record_run(
                 "latency_ms": 12.5,
             },
         ).raise_for_status()
-        signals = [{"kind": "outcome", "value": 1.0, "source": "verifier"}]
+        if not end:
+            return session["id"]
+        signals: list[dict[str, Any]] = [{"kind": "outcome", "value": outcome, "source": "verifier"}]
         if judge is not None:
             signals.append(
                 {
@@ -98,8 +102,7 @@ def record_run(
                 }
             )
         client.post(f"/v1/sessions/{session['id']}/signals", json={"signals": signals}).raise_for_status()
-        if end:
-            client.post(
-                f"/v1/sessions/{session['id']}/end", json={"status": "completed", "outcome": 1.0}
-            ).raise_for_status()
+        client.post(
+            f"/v1/sessions/{session['id']}/end", json={"status": "completed", "outcome": outcome}
+        ).raise_for_status()
         return session["id"]

@@ -157,7 +157,7 @@ function feedbackForm(run, trajectory, onDone) {
     }
   };
   return h("div", { class: "card", id: "feedback" }, h("h2", {}, "Your feedback"), h("div", { class: "row" }, "On ", target), comment,
-    h("div", { class: "row" }, h("button", { type: "button", id: "thumbs-up", onclick: () => send("up") }, "👍 Good"), h("button", { type: "button", id: "thumbs-down", onclick: () => send("down") }, "👎 Bad"), result));
+    h("div", { class: "row" }, h("button", { type: "button", id: "thumbs-up", onclick: () => send("up") }, "▲ Good"), h("button", { type: "button", id: "thumbs-down", onclick: () => send("down") }, "▼ Bad"), result));
 }
 
 export async function renderRun(page, params) {
