@@ -60,29 +60,49 @@ def _route_of(scope: dict[str, Any]) -> str:
     return "/ui" if path.startswith("/ui") else "unmatched"
 
 
+_request_series: dict[tuple[str, str, str, str], tuple[Any, Any, Any]] = {}
+_upstream_series: dict[str, tuple[Any, Any]] = {}
+
+
+def _series_for(route: str, protocol: str, status: str, upstream: str) -> tuple[Any, Any, Any]:
+    """The labelled children of one request kind, looked up once (`labels()` costs as much as `observe()`).
+    Keys are bounded: route templates x statuses x upstreams."""
+    key = (route, protocol, status, upstream)
+    found = _request_series.get(key)
+    if found is None:
+        found = _request_series[key] = (
+            metrics.PROXY_REQUESTS.labels(route, protocol, status, upstream),
+            metrics.PROXY_LATENCY.labels(route, protocol),
+            metrics.PROXY_OVERHEAD.labels(route, protocol),
+        )
+    return found
+
+
 async def observed(app: Any, scope: dict[str, Any], receive: Any, send: Any) -> None:
     """Run `app` on one HTTP request and record its count, status, latency and added overhead."""
     started = time.perf_counter()
-    seen: dict[str, Any] = {"status": 0, "overhead": None}
+    seen: list[Any] = [0, None]  # status, overhead header
 
     async def watching_send(message: Any) -> None:
         if message["type"] == "http.response.start":
-            seen["status"] = message["status"]
+            seen[0] = message["status"]
             for name, value in message.get("headers", ()):
                 if name == b"x-evolvable-overhead-ms":
-                    seen["overhead"] = value
+                    seen[1] = value
         await send(message)
 
     try:
         await app(scope, receive, watching_send)
     finally:
-        route, protocol = _route_of(scope), protocol_of(scope.get("path", ""))
-        upstream = scope.get(UPSTREAM_SCOPE_KEY, "")
-        metrics.PROXY_REQUESTS.labels(route, protocol, str(seen["status"] or 500), upstream).inc()
-        metrics.PROXY_LATENCY.labels(route, protocol).observe(time.perf_counter() - started)
-        if seen["overhead"] is not None:
+        path = scope.get("path", "")
+        requests, latency, overhead = _series_for(
+            _route_of(scope), protocol_of(path), str(seen[0] or 500), scope.get(UPSTREAM_SCOPE_KEY, "")
+        )
+        requests.inc()
+        latency.observe(time.perf_counter() - started)
+        if seen[1] is not None:
             with contextlib.suppress(ValueError):
-                metrics.PROXY_OVERHEAD.labels(route, protocol).observe(float(seen["overhead"]) / 1000.0)
+                overhead.observe(float(seen[1]) / 1000.0)
 
 
 def observe_capture(record: dict[str, Any]) -> None:
@@ -90,10 +110,16 @@ def observe_capture(record: dict[str, Any]) -> None:
     if record.get("t") != "call":
         return
     upstream = record.get("up") or ""
+    series = _upstream_series.get(upstream)
+    if series is None:
+        series = _upstream_series[upstream] = (
+            metrics.UPSTREAM_LATENCY.labels(upstream),
+            metrics.TIME_TO_FIRST_TOKEN.labels(upstream),
+        )
     if record.get("lat") is not None:
-        metrics.UPSTREAM_LATENCY.labels(upstream).observe(record["lat"] / 1000.0)
+        series[0].observe(record["lat"] / 1000.0)
     if record.get("ttft") is not None:
-        metrics.TIME_TO_FIRST_TOKEN.labels(upstream).observe(record["ttft"] / 1000.0)
+        series[1].observe(record["ttft"] / 1000.0)
 
 
 def spool_backlog_bytes(directory: Path, end: tuple[int, int], checkpoint: tuple[int, int]) -> int:
