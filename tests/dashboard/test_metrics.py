@@ -94,3 +94,43 @@ def test_metrics_parse_and_move_with_traffic(stack) -> None:
     assert unauthorized.status_code == 401
     after = scrape(server.url)
     assert total(after, "evolvable_proxy_requests_total", route="/v1/dashboard/runs", status="401") >= 1
+
+
+def test_the_grafana_dashboard_queries_only_series_that_exist(stack) -> None:
+    """Every metric the shipped Grafana dashboard queries is exported by serve, the policy server or the trainer."""
+    import json
+    import re
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from prometheus_client import generate_latest
+
+    from evolvable.policy_server.engine import EngineStats
+    from evolvable.policy_server.metrics import EngineCollector
+    from evolvable.telemetry import metrics
+
+    server, plane = stack
+    bootstrap_agent(plane)
+    candidate = plane.registry.register_harness(Harness(agent=AGENT, system_prompt="x"))
+    decision = plane.journal.record_decision(AGENT, Lever.prompt, state=DecisionState.canary)
+    plane.journal.start_rollout(AGENT, VersionKind.harness, candidate.id, None, 0.1, decision.id)
+    record_run(server.url, tenant_key(server.url, "acme"))
+    metrics.GOVERNANCE_FAILURES.labels("probe")  # a labelled series exists once it has been used
+    engine = SimpleNamespace(stats=EngineStats(), queue_depth=0, batch_size=0)
+    texts = [
+        httpx.get(f"{server.url}/metrics", timeout=30).text,
+        metrics.exposition([metrics.POLICY_REGISTRY], [EngineCollector(engine)]).decode(),
+        generate_latest(metrics.TRAINER_REGISTRY).decode(),
+        generate_latest(metrics.WRITER_REGISTRY).decode(),
+    ]
+    exported = {s.name for text in texts for f in text_string_to_metric_families(text) for s in f.samples}
+    board = json.loads(
+        (Path(__file__).resolve().parents[2] / "docs" / "grafana" / "evolvable-dashboard.json").read_text()
+    )
+    queried = {
+        name
+        for panel in board["panels"]
+        for target in panel.get("targets", [])
+        for name in re.findall(r"evolvable_[a-z_]+", target["expr"])
+    }
+    assert queried and queried <= exported, sorted(queried - exported)
