@@ -175,6 +175,17 @@ def test_control_actions_need_an_admin_key_and_are_audited(stack, action: str) -
     assert [(e["actor"], e["target"]) for e in audit] == [(issued["key_id"], f"approve:{decision.id}")]
 
 
+def test_reading_one_run_in_the_dashboard_is_audited(stack) -> None:
+    server, _ = stack
+    key = tenant_key(server.url, "acme")
+    run = record_run(server.url, key)
+    me = get(server.url, "/v1/dashboard/me", key).json()
+    assert get(server.url, f"/v1/dashboard/runs/{run}", key).status_code == 200
+    with admin(server.url) as client:
+        reads = client.get("/v1/admin/audit", params={"action": "read", "tenant_id": "acme"}).json()["data"]
+    assert (me["key_id"], f"trajectory:{run}") in {(e["actor"], e["target"]) for e in reads}
+
+
 def _harness_active():
     from evolvable.control.models import VersionKind, VersionState
 

@@ -101,9 +101,9 @@ def create_control_router(
 
     async def forbidden(request: Request, authorization: str | None) -> tuple[JSONResponse | None, str]:
         """(refusal, actor) for a mutating call."""
-        if admin_key is not None and authorization == f"Bearer {admin_key}":
-            return None, "api"
         principal, keys_required = await caller(request)
+        if admin_key is not None and authorization == f"Bearer {admin_key}":
+            return None, (principal.key_id if principal is not None and principal.key_id else "api")
         if principal is not None and principal.is_admin and (keys_required or admin_key is None):
             return None, principal.key_id or "api"
         if admin_key is None and not keys_required and principal is not None:
