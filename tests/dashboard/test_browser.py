@@ -178,17 +178,21 @@ def seed(url: str, database: str) -> dict[str, str]:
     pending = plane.registry.register_harness(
         base.model_copy(update={"system_prompt": base.system_prompt + " Be brief."})
     )
-    plane.journal.record_decision(
+    approval = plane.journal.record_decision(
         AGENT, Lever.prompt, state=DecisionState.awaiting_approval, requires_approval=True, rationale="answers run long"
     )
-    canary = plane.registry.register_harness(
-        base.model_copy(update={"system_prompt": base.system_prompt + " Apologise once."})
+    plane.journal.update_decision(
+        approval.id,
+        candidate_kind=pending.kind,
+        candidate_version=pending.id,
+        baseline_version=better.id,
+        predicted={"improve": ["returns"], "at_risk": [], "note": "shorter answers"},
     )
-    assert plane.registry.get(pending.id).state == VersionState.candidate and canary.id
+    assert plane.registry.get(pending.id).state == VersionState.candidate
     record_run(url, other, agent="globex-bot", cluster="billing")
     running = record_run(url, acme, end=False)
     store.close()
-    return {"acme": acme, "globex": other, "first": first, "running": running}
+    return {"acme": acme, "globex": other, "first": first, "running": running, "approval": approval.id}
 
 
 def chrome():
@@ -276,7 +280,18 @@ def test_dashboard_in_a_real_browser(served: str, database: str, tmp_path: Path)
         driver.get(f"{url}/ui/#/control")
         section = wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, f'section.agent[data-agent="{AGENT}"]')))
         assert "memory from recorded failures" in section.text and "awaiting_approval" in section.text
-        assert section.find_elements(By.XPATH, ".//button[text()='Approve']")
+        # Approve the pending decision: confirmed in a dialog, then a canary starts, audited.
+        section.find_element(By.XPATH, ".//button[text()='Approve']").click()
+        wait.until(ec.alert_is_present()).accept()
+        wait.until(lambda d: d.find_elements(By.XPATH, "//button[text()='Roll back']"))
+        row = driver.find_element(By.CSS_SELECTOR, f'tr[data-decision="{data["approval"]}"]')
+        assert "canary" in row.text and not row.find_elements(By.XPATH, ".//button")
+        with admin(url) as client:
+            audit = client.get("/v1/admin/audit", params={"action": "control_action"}).json()["data"]
+        assert f"approve:{data['approval']}" in {e["target"] for e in audit}
+        section = driver.find_element(By.CSS_SELECTOR, f'section.agent[data-agent="{AGENT}"]')
+        section.find_element(By.XPATH, ".//summary[text()='diff from active']").click()
+        assert "Be brief." in section.find_element(By.CSS_SELECTOR, ".version pre").text
         shot("control")
         # Learning: the chart and the before/after of the decision.
         driver.get(f"{url}/ui/#/learning")

@@ -134,3 +134,36 @@ def test_the_grafana_dashboard_queries_only_series_that_exist(stack) -> None:
         for name in re.findall(r"evolvable_[a-z_]+", target["expr"])
     }
     assert queried and queried <= exported, sorted(queried - exported)
+
+
+def test_a_failing_governance_stage_is_counted(tmp_path) -> None:
+    """The governor fails closed; the failure shows on `evolvable_governance_failures_total`."""
+    from prometheus_client import generate_latest
+    from tests.governance.builders import make_trajectory
+
+    from evolvable.governance.pipeline import Governor
+    from evolvable.protocol.models import events_for
+    from evolvable.store import Store
+    from evolvable.telemetry import metrics
+
+    class Exploding:
+        def redact_events(self, events: list) -> list:
+            raise RuntimeError("recognizer crashed")
+
+    def failures() -> float:
+        text = generate_latest(metrics.WRITER_REGISTRY).decode()
+        return total(
+            {
+                (s.name, frozenset(s.labels.items())): s.value
+                for f in text_string_to_metric_families(text)
+                for s in f.samples
+            },
+            "evolvable_governance_failures_total",
+            stage="governor",
+        )
+
+    with Store.open(f"sqlite:///{tmp_path / 'store.db'}") as store:
+        before = failures()
+        governed = Governor(store, redactor=Exploding()).govern(events_for(make_trajectory()))
+        assert "<REDACTION_FAILED>" in str([e.model_dump() for e in governed])
+        assert failures() == before + 1

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from evolvable.control.statistics import Clusterer, summarize
 from evolvable.dashboard.access import Viewer, viewer
 from evolvable.errors import NotFound
-from evolvable.protocol.models import SignalKind, Trajectory, TrajectoryStatus, new_id, utcnow
+from evolvable.protocol.models import LLMCallStep, SignalKind, Trajectory, TrajectoryStatus, new_id, utcnow
 from evolvable.proxy.errors import APIError
 from evolvable.store import InvalidCursor, TrajectoryFilter
 from evolvable.store.reviews import recent_signals, trajectories_with_signal
@@ -40,7 +40,7 @@ def run_row(t: Trajectory, clusterer: Clusterer | None) -> dict[str, Any]:
     for s in t.signals:
         if s.step_id is None:
             run_signals[s.kind.value] = s.value
-    tokens = sum(s.usage.total_tokens for s in t.steps if getattr(s, "usage", None) is not None)
+    tokens = sum(s.usage.total_tokens for s in t.steps if isinstance(s, LLMCallStep) and s.usage is not None)
     return {
         "id": t.id,
         "tenant_id": t.tenant_id,
