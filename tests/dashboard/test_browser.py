@@ -212,6 +212,7 @@ def chrome():
 
 
 def test_dashboard_in_a_real_browser(served: str, database: str, tmp_path: Path) -> None:
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
@@ -221,7 +222,8 @@ def test_dashboard_in_a_real_browser(served: str, database: str, tmp_path: Path)
     shots = Path(os.environ.get("EVOLVABLE_SCREENSHOT_DIR") or tmp_path / "shots")
     shots.mkdir(parents=True, exist_ok=True)
     driver = chrome()
-    wait = WebDriverWait(driver, 30)
+    # The runs list re-renders when a poll brings changes: retry on elements it replaced.
+    wait = WebDriverWait(driver, 30, ignored_exceptions=(StaleElementReferenceException,))
 
     def shot(name: str) -> None:
         time.sleep(0.3)  # let charts draw
@@ -233,15 +235,22 @@ def test_dashboard_in_a_real_browser(served: str, database: str, tmp_path: Path)
         field.submit()
         wait.until(ec.visibility_of_element_located((By.ID, "top")))
 
-    def row_of(run: str):
-        return wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, f'tr[data-run="{run}"]')))
+    def row_text(run: str) -> str:
+        return wait.until(lambda d: d.find_element(By.CSS_SELECTOR, f'tr[data-run="{run}"]').text)
+
+    def open_run(run: str) -> None:
+        def click(d) -> bool:
+            d.find_element(By.CSS_SELECTOR, f'tr[data-run="{run}"] a.run-link').click()
+            return True
+
+        wait.until(click)
 
     try:
         driver.get(f"{url}/ui/")
         shot("login")
         login(ADMIN_KEY)
         # Trajectories: every tenant's runs for the admin key, the running one live.
-        assert "running" in row_of(data["running"]).text
+        assert "running" in row_text(data["running"])
         shot("trajectories")
         with httpx.Client(base_url=url, headers={"authorization": f"Bearer {data['acme']}"}) as client:
             client.post(f"/v1/sessions/{data['running']}/end", json={"status": "failed"}).raise_for_status()
@@ -250,10 +259,15 @@ def test_dashboard_in_a_real_browser(served: str, database: str, tmp_path: Path)
         agent = driver.find_element(By.CSS_SELECTOR, "#run-filters input[name=agent]")
         agent.send_keys("globex-bot")
         agent.submit()
-        wait.until(lambda d: all("globex-bot" in r.text for r in d.find_elements(By.CSS_SELECTOR, "tr[data-run]")))
+
+        def only_globex(d) -> bool:
+            rows = d.find_elements(By.CSS_SELECTOR, "tr[data-run]")
+            return bool(rows) and all("globex-bot" in r.text for r in rows)
+
+        wait.until(only_globex)
         driver.get(f"{url}/ui/#/runs")
         # Open a run: steps in order, redaction placeholders shown as such.
-        row_of(data["first"]).find_element(By.CSS_SELECTOR, "a.run-link").click()
+        open_run(data["first"])
         wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, ".step.tool_call")))
         placeholders = {e.text for e in driver.find_elements(By.CSS_SELECTOR, ".placeholder")}
         assert "<EMAIL_1>" in placeholders

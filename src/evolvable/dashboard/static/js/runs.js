@@ -78,21 +78,30 @@ export async function renderRuns(page, params, me) {
   }), status, body);
   const headers = ["run", me.is_admin ? "tenant" : null, "agent", "status", "cluster", "harness", "policy", "started", "steps", "tokens", "success", "run signals"].filter(Boolean);
   let cursor = null;
+  let shown = null;
   const rows = h("tbody");
   const more = h("button", { type: "button", hidden: true }, "Older runs");
   body.append(h("div", { class: "card" }, h("table", {}, h("thead", {}, h("tr", {}, headers.map((x) => h("th", {}, x)))), rows), more));
   const query = Object.fromEntries(FILTERS.filter((f) => values[f]).map((f) => [f, values[f]]));
   if (query.started_after) query.started_after = new Date(query.started_after).toISOString();
 
+  let paged = false;
   async function refresh() {
+    if (paged) {
+      status.textContent = "live updates paused while older runs are shown (reload the page to resume)";
+      return false;
+    }
     const got = await api("/v1/dashboard/runs", { query: { ...query, limit: 50 } });
-    clear(rows).append(...got.data.map((r) => runRow(r, me)));
+    const seen = JSON.stringify(got.data);
+    if (seen !== shown) clear(rows).append(...got.data.map((r) => runRow(r, me))); // only when something changed
+    shown = seen;
     cursor = got.next_cursor;
     more.hidden = !cursor;
     status.textContent = `${got.data.length} runs shown · refreshed ${new Date().toLocaleTimeString()} · live`;
     return true; // keep polling: new runs appear and running ones change
   }
   more.addEventListener("click", async () => {
+    paged = true;
     const got = await api("/v1/dashboard/runs", { query: { ...query, limit: 50, cursor } });
     rows.append(...got.data.map((r) => runRow(r, me)));
     cursor = got.next_cursor;
