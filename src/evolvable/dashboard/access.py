@@ -8,8 +8,11 @@ not people, and are refused. Errors use the proxy's OpenAI-style error shape.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+import orjson
 from fastapi import Request
+from fastapi.responses import Response
 
 from evolvable.proxy.errors import APIError
 from evolvable.proxy.hooks import Principal
@@ -51,3 +54,7 @@ async def viewer(request: Request, tenant: str | None = None) -> Viewer:
 def require_admin(v: Viewer) -> None:
     if not v.principal.is_admin:
         raise APIError(403, "this needs an admin key", "permission_error", "admin_required")
+
+
+def json_response(obj: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(obj), status_code=status, media_type="application/json")

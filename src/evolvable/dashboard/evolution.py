@@ -17,8 +17,7 @@ from evolvable.control.models import VersionKind, VersionRecord, VersionState
 from evolvable.control.registry import diff_harnesses, render_diff
 from evolvable.control.runtime import ControlPlane
 from evolvable.control.statistics import load_runs
-from evolvable.dashboard.access import Viewer, viewer
-from evolvable.dashboard.runs import _json
+from evolvable.dashboard.access import Viewer, json_response, viewer
 from evolvable.proxy.errors import APIError
 from evolvable.store.tenancy import agents_owned_by
 
@@ -120,12 +119,12 @@ def evolution_router(plane: ControlPlane) -> APIRouter:
     async def control(agent: str | None = None, v: Viewer = Depends(viewer)) -> Response:
         agents = await checked_agent(agent, v)
         data = await asyncio.to_thread(lambda: [agent_control(plane, a) for a in agents])
-        return _json({"data": data, "can_act": v.principal.is_admin})
+        return json_response({"data": data, "can_act": v.principal.is_admin})
 
     @api.get("/learning")
     async def learning(agent: str | None = None, v: Viewer = Depends(viewer)) -> Response:
         agents = await checked_agent(agent, v)
         data = await asyncio.to_thread(lambda: [agent_learning(plane, a, v.tenant_scope) for a in agents])
-        return _json({"data": data})
+        return json_response({"data": data})
 
     return api

@@ -15,7 +15,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from evolvable.control.statistics import Clusterer, summarize
-from evolvable.dashboard.access import Viewer, viewer
+from evolvable.dashboard.access import Viewer, json_response, viewer
 from evolvable.errors import NotFound
 from evolvable.protocol.models import LLMCallStep, SignalKind, Trajectory, TrajectoryStatus, new_id, utcnow
 from evolvable.proxy.errors import APIError
@@ -25,12 +25,6 @@ from evolvable.store.reviews import recent_signals, trajectories_with_signal
 JUDGE_UNSURE_CONFIDENCE = 0.6
 """A judge signal below this confidence, or with a value in `JUDGE_MIDDLING`, queues its run for a person."""
 JUDGE_MIDDLING = (0.35, 0.65)
-
-
-def _json(obj: Any, status: int = 200) -> Response:
-    import orjson
-
-    return Response(orjson.dumps(obj), status_code=status, media_type="application/json")
 
 
 def run_row(t: Trajectory, clusterer: Clusterer | None) -> dict[str, Any]:
@@ -82,7 +76,7 @@ def runs_router(clusterer: Clusterer | None) -> APIRouter:
     @api.get("/me")
     async def me(v: Viewer = Depends(viewer)) -> Response:
         p = v.principal
-        return _json({"tenant_id": p.tenant_id, "key_id": p.key_id, "is_admin": p.is_admin})
+        return json_response({"tenant_id": p.tenant_id, "key_id": p.key_id, "is_admin": p.is_admin})
 
     @api.get("/runs")
     async def list_runs(
@@ -127,14 +121,14 @@ def runs_router(clusterer: Clusterer | None) -> APIRouter:
             rows, next_cursor = await asyncio.to_thread(load)
         except InvalidCursor:
             raise APIError(400, "invalid cursor", "invalid_request_error", "invalid_cursor") from None
-        return _json({"data": rows, "next_cursor": next_cursor})
+        return json_response({"data": rows, "next_cursor": next_cursor})
 
     @api.get("/runs/{trajectory_id}")
     async def get_run(trajectory_id: str, request: Request, v: Viewer = Depends(viewer)) -> Response:
         rt = request.app.state.proxy
         await rt.flush()
         t = await _visible_run(rt.store, trajectory_id, v)
-        return _json({"run": run_row(t, clusterer), "trajectory": t.model_dump(mode="json")})
+        return json_response({"run": run_row(t, clusterer), "trajectory": t.model_dump(mode="json")})
 
     @api.post("/runs/{trajectory_id}/feedback", status_code=201)
     async def feedback(trajectory_id: str, body: FeedbackIn, request: Request, v: Viewer = Depends(viewer)) -> Response:
@@ -165,7 +159,7 @@ def runs_router(clusterer: Clusterer | None) -> APIRouter:
             }
         )
         await rt.flush()
-        return _json({"signal_id": signal["id"], "trajectory_id": t.id}, 201)
+        return json_response({"signal_id": signal["id"], "trajectory_id": t.id}, 201)
 
     @api.get("/annotations")
     async def annotation_queue(
@@ -197,7 +191,7 @@ def runs_router(clusterer: Clusterer | None) -> APIRouter:
                     }
             return list(queue.values())[:limit]
 
-        return _json({"data": await asyncio.to_thread(load)})
+        return json_response({"data": await asyncio.to_thread(load)})
 
     return api
 
