@@ -46,6 +46,7 @@ def test_metrics_parse_and_move_with_traffic(stack) -> None:
     for name in ("evolvable_spool_backlog_bytes", "evolvable_writer_lag_seconds", "evolvable_proxy_sessions_open"):
         assert total(before, name) >= 0 and any(n == name for n, _ in before), name
     assert total(before, "evolvable_proxy_records_dropped_total") == 0
+    assert any(n == "evolvable_trainer_loss" for n, _ in before)  # the weights lever trains in-process
 
     key = tenant_key(server.url, "acme")
     record_run(server.url, key)

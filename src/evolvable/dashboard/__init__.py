@@ -26,7 +26,11 @@ def install_dashboard(app: Any, *, plane: Any = None) -> None:
         from evolvable.dashboard.evolution import evolution_router
 
         app.include_router(evolution_router(plane))
-        app.state.metrics_collectors = [*getattr(app.state, "metrics_collectors", ()), ControlCollector(plane)]
+        from evolvable.telemetry.metrics import TRAINER_REGISTRY
+
+        # The weights lever trains in this process: its job's loss, KL and throughput show here too.
+        collectors = [ControlCollector(plane), TRAINER_REGISTRY]
+        app.state.metrics_collectors = [*getattr(app.state, "metrics_collectors", ()), *collectors]
     app.mount("/ui", StaticFiles(directory=STATIC_DIR, html=True), name="ui")
 
 
