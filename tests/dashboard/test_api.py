@@ -35,14 +35,23 @@ def get(url: str, path: str, key: str | None, **params: object) -> httpx.Respons
 def test_every_data_endpoint_is_401_without_a_valid_key(stack) -> None:
     server, plane = stack
     bootstrap_agent(plane)
-    run = record_run(server.url, tenant_key(server.url, "acme"))
-    for key in (None, "not-a-key", "evk_forged"):
+    key_of_acme = tenant_key(server.url, "acme")
+    run = record_run(server.url, key_of_acme)
+    for key in (None, "not-a-key", "evk_forged", "evs_forged"):
         for path in DATA_GETS:
             got = get(server.url, path.format(run=run), key)
             assert got.status_code == 401, (path, key, got.text)
             assert "error" in got.json()
         feedback = httpx.post(f"{server.url}/v1/dashboard/runs/{run}/feedback", json={"rating": "up"}, timeout=30)
         assert feedback.status_code == 401
+    session = httpx.post(
+        f"{server.url}/v1/sessions",
+        json={"agent": AGENT},
+        headers={"authorization": f"Bearer {key_of_acme}"},
+        timeout=30,
+    ).json()
+    for path in ("/v1/dashboard/me", "/v1/dashboard/runs", "/v1/dashboard/control"):
+        assert get(server.url, path, session["api_key"]).status_code == 401  # agents' session keys are not people
     page = httpx.get(f"{server.url}/ui/", timeout=30)  # the page itself is public: it holds no data
     assert page.status_code == 200 and 'name="key"' in page.text
 
