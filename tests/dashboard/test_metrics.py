@@ -118,6 +118,7 @@ def test_the_grafana_dashboard_queries_only_series_that_exist(stack) -> None:
     record_run(server.url, tenant_key(server.url, "acme"))
     metrics.GOVERNANCE_FAILURES.labels("probe")  # a labelled series exists once it has been used
     engine = SimpleNamespace(stats=EngineStats(), queue_depth=0, batch_size=0)
+    eventually(lambda: total(scrape(server.url), "evolvable_redactions_total") > 0)  # the writer has governed it
     texts = [
         httpx.get(f"{server.url}/metrics", timeout=30).text,
         metrics.exposition([metrics.POLICY_REGISTRY], [EngineCollector(engine)]).decode(),
