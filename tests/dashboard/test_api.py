@@ -199,3 +199,32 @@ def _harness_active():
     from evolvable.control.models import VersionKind, VersionState
 
     return VersionKind.harness, VersionState.active
+
+
+def test_without_a_control_plane_the_pages_stay_authenticated_and_empty(upstream, tmp_path) -> None:
+    from tests.proxy.conftest import ProxyServer, make_config
+
+    from evolvable.dashboard import install_dashboard
+    from evolvable.governance import Governance
+    from evolvable.proxy.app import create_app
+    from evolvable.store import Store
+
+    with Store.open(f"sqlite:///{tmp_path / 'store.db'}") as store:
+        gov = Governance.for_store(store, admin_key=ADMIN_KEY)
+        app = create_app(
+            make_config(upstream.url, tmp_path / "spool"),
+            store,
+            governor=gov.governor,
+            authenticator=gov.authenticator,
+            routers=gov.routers,
+        )
+        install_dashboard(app, plane=None)
+        server = ProxyServer(app).start()
+        try:
+            assert get(server.url, "/v1/dashboard/control", None).status_code == 401
+            control = get(server.url, "/v1/dashboard/control", ADMIN_KEY).json()
+            assert control["data"] == [] and control["control_plane"] is False
+            assert get(server.url, "/v1/dashboard/learning", ADMIN_KEY).json()["data"] == []
+            assert get(server.url, "/v1/dashboard/runs", ADMIN_KEY).status_code == 200
+        finally:
+            server.stop()

@@ -21,7 +21,11 @@ def install_dashboard(app: Any, *, plane: Any = None) -> None:
     from evolvable.dashboard.runs import runs_router
 
     app.include_router(runs_router(plane.clusterer if plane is not None else None))
-    if plane is not None:
+    if plane is None:
+        from evolvable.dashboard.evolution import without_control_router
+
+        app.include_router(without_control_router())
+    else:
         from evolvable.control.metrics import ControlCollector
         from evolvable.dashboard.evolution import evolution_router
 

@@ -128,3 +128,18 @@ def evolution_router(plane: ControlPlane) -> APIRouter:
         return json_response({"data": data})
 
     return api
+
+
+def without_control_router() -> APIRouter:
+    """The same two endpoints on a proxy run with `--no-control`: authenticated, and empty."""
+    api = APIRouter(prefix="/v1/dashboard", tags=["dashboard"])
+
+    @api.get("/control")
+    async def control(v: Viewer = Depends(viewer)) -> Response:
+        return json_response({"data": [], "can_act": False, "control_plane": False})
+
+    @api.get("/learning")
+    async def learning(v: Viewer = Depends(viewer)) -> Response:
+        return json_response({"data": [], "control_plane": False})
+
+    return api

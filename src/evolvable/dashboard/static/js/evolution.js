@@ -49,9 +49,11 @@ function decisionRow(d, canAct, reload) {
 }
 
 export async function renderControl(page) {
-  const { data, can_act: canAct } = await api("/v1/dashboard/control");
+  const reply = await api("/v1/dashboard/control");
+  const { data, can_act: canAct } = reply;
   const reload = () => window.dispatchEvent(new HashChangeEvent("hashchange"));
-  page.append(h("h1", {}, "Control plane"), data.length ? "" : h("p", { class: "muted" }, "No agents visible to this key yet."));
+  const none = reply.control_plane === false ? "This proxy runs without a control plane (--no-control)." : "No agents visible to this key yet.";
+  page.append(h("h1", {}, "Control plane"), data.length ? "" : h("p", { class: "muted" }, none));
   for (const agent of data) {
     page.append(h("section", { class: "card agent", "data-agent": agent.agent },
       h("h2", {}, agent.agent),
