@@ -196,7 +196,7 @@ def seed(url: str, database: str) -> dict[str, str]:
     return {"acme": acme, "globex": other, "first": first, "running": running, "approval": approval.id}
 
 
-def chrome():
+def chrome(profile: Path):
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -207,7 +207,7 @@ def chrome():
     options.binary_location = CHROMIUM
     for flag in CHROME_FLAGS:
         options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={Path(os.environ.get('TMPDIR', '/tmp')) / ('chromium-' + uuid.uuid4().hex)}")
+    options.add_argument(f"--user-data-dir={profile}")  # a fresh profile per run
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     return webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
 
@@ -222,7 +222,7 @@ def test_dashboard_in_a_real_browser(served: str, database: str, tmp_path: Path)
     data = seed(url, database)
     shots = Path(os.environ.get("EVOLVABLE_SCREENSHOT_DIR") or tmp_path / "shots")
     shots.mkdir(parents=True, exist_ok=True)
-    driver = chrome()
+    driver = chrome(tmp_path / "chromium-profile")
     # The runs list re-renders when a poll brings changes: retry on elements it replaced.
     wait = WebDriverWait(driver, 30, ignored_exceptions=(StaleElementReferenceException,))
 
