@@ -27,3 +27,11 @@ def test_lever_comparison_lists_every_arm_and_tolerates_a_bad_file(tmp_path: Pat
     assert _lever_comparison(tmp_path / "missing.json") == [] and _lever_comparison(None) == []
     results.write_text("{not json")
     assert "unreadable" in _lever_comparison(results)[-1]
+
+
+def test_the_report_links_the_dashboard_on_its_own_store(tmp_path: Path) -> None:
+    from evolvable.demo.report import _dashboard_section
+
+    lines = "\n".join(_dashboard_section(tmp_path))
+    assert "http://127.0.0.1:8400/ui/" in lines
+    assert f"--db sqlite:///{(tmp_path / 'evolvable.db').resolve()}" in lines

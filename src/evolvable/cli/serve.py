@@ -62,7 +62,7 @@ def serve(
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     store = Store.open(db)
     routers: list = []
-    governor = authenticator = rewriter = gov = None
+    governor = authenticator = rewriter = gov = plane = None
     if governance:
         from evolvable.governance import Governance
 
@@ -77,10 +77,17 @@ def serve(
         plane = ControlPlane(store, router=rewriter)
         routers.append(
             create_control_router(
-                plane, rewriter, admin_key=settings.admin_key, tick_interval_s=control_interval or None
+                plane,
+                rewriter,
+                admin_key=settings.admin_key,
+                tick_interval_s=control_interval or None,
+                on_action=gov.audit_control_action if gov is not None else None,
             )
         )
     app = create_app(cfg, store, governor=governor, authenticator=authenticator, rewriter=rewriter, routers=routers)
+    from evolvable.dashboard import install_dashboard
+
+    install_dashboard(app, plane=plane)
     if gov is not None:
         gov.install(app)
     export_url = otlp_export or cfg.otlp_export_url

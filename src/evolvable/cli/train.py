@@ -25,6 +25,9 @@ def train(
         False, "--publish", help="Register the adapter as a candidate policy version in the store's registry."
     ),
     server: list[str] = typer.Option([], "--server", help="Hot-load the adapter into this vLLM-compatible server."),
+    metrics_port: int | None = typer.Option(
+        None, "--metrics-port", help="Serve Prometheus metrics (loss, reward, KL, tokens/s) while training."
+    ),
 ) -> None:
     """Train a LoRA adapter with decoupled PPO on recorded trajectories."""
     from rich.console import Console
@@ -46,6 +49,10 @@ def train(
         source = FileSource(str(from_file))
     elif since:
         source = StoreSource(db, _since_filter(db, since, agent))
+    if metrics_port is not None:
+        from evolvable.telemetry.metrics import serve_trainer_metrics
+
+        serve_trainer_metrics(metrics_port)
     result = run_training_job(config, source, resume=str(resume) if resume else False)
 
     console = Console()

@@ -124,6 +124,23 @@ def _lever_comparison(path: Path | None) -> list[str]:
     ]
 
 
+def _dashboard_section(report_dir: Path) -> list[str]:
+    """How to browse this run's trajectories, decisions and learning curves in the dashboard."""
+    db = (report_dir / "evolvable.db").resolve()
+    return [
+        "",
+        "## Browse it in the dashboard",
+        "",
+        "Every trajectory, signal, version and decision of this run is in `evolvable.db`. Serve it and open",
+        "[the dashboard](http://127.0.0.1:8400/ui/) (Trajectories, Feedback, Control plane, Learning, Governance;",
+        "docs/dashboard.md). With no key configured, any key logs in as the tenant `default` the demo recorded:",
+        "",
+        "```bash",
+        f"evolvable serve --db sqlite:///{db} --upstream http://127.0.0.1:8000/v1 --control-interval 0",
+        "```",
+    ]
+
+
 def write_report(
     cfg: DemoConfig,
     *,
@@ -219,6 +236,7 @@ def write_report(
         "",
         "Files: `summary.json`, `decisions.json`, `trajectories.jsonl` (ATDP), `evolvable.db` (the store).",
         *_lever_comparison(Path(cfg.lever_comparison) if cfg.lever_comparison else None),
+        *_dashboard_section(out),
     ]
     (out / "report.md").write_text("\n".join(lines) + "\n")
     console.print(

@@ -308,7 +308,7 @@ def _remove_tree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-_TRAJECTORY_READ = re.compile(r"^/v1/trajectories(?:/(?P<id>[^/]+))?/?$")
+_TRAJECTORY_READ = re.compile(r"^/v1/(?:trajectories(?:/(?P<id>[^/]+))?|dashboard/runs/(?P<run>[^/]+))/?$")
 
 
 class AuditReadsMiddleware:
@@ -328,7 +328,8 @@ class AuditReadsMiddleware:
         auth = headers.get("authorization", "")
         bearer = auth[7:].strip() if auth[:7].lower() == "bearer " else None
         query = scope.get("query_string", b"").decode()[:300]
-        target = f"trajectory:{match['id']}" if match["id"] else f"trajectories?{query}"
+        read_id = match["id"] or match["run"]
+        target = f"trajectory:{read_id}" if read_id else f"trajectories?{query}"
         refused = False
 
         async def audited_send(message: dict[str, Any]) -> None:

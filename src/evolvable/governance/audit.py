@@ -29,6 +29,7 @@ class AuditAction(StrEnum):
     key_revoked = "key_revoked"
     redaction_failed = "redaction_failed"
     retention = "retention"
+    control_action = "control_action"
 
 
 class AuditEntry(BaseModel):

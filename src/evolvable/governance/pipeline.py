@@ -25,6 +25,7 @@ from evolvable.governance.audit import AuditAction, AuditLog
 from evolvable.governance.capture import drop_token_ids, mark_redaction_failed, strictest, strip_content
 from evolvable.governance.tenants import TenantDirectory
 from evolvable.protocol.models import CaptureMode, Event, LLMCallStep, StepAppended, TrajectoryStarted
+from evolvable.telemetry import metrics
 
 if TYPE_CHECKING:
     from evolvable.governance.redaction.tokenizer_registry import TokenizerRegistry
@@ -95,6 +96,8 @@ class Governor:
             mode = strictest([policy.capture_for(known[0]), known[1]]) if known else policy.capture_for(None)
             for i, governed in zip(indexes, self._govern_one(trajectory_id, tenant_id, mode, batch), strict=True):
                 out[i] = governed
+            metrics.GOVERNED_EVENTS.labels(mode.value).inc(len(batch))
+        metrics.export_writer_snapshot()
         return [e for e in out if e is not None]
 
     def _on_stage_failure(self, kind: str, error: BaseException) -> None:
@@ -123,6 +126,8 @@ class Governor:
                 for before, after in zip(kept, redacted, strict=True)
             ]
             if self._local.failed_stages:
+                for stage in sorted(set(self._local.failed_stages)):
+                    metrics.GOVERNANCE_FAILURES.labels(stage.split(":")[0]).inc()
                 # The engine already replaced the affected texts by markers; the log says where and why.
                 self.audit.record(
                     AuditAction.redaction_failed,
@@ -133,6 +138,7 @@ class Governor:
                 )
             return governed
         except Exception as err:  # fail closed on anything a stage raises
+            metrics.GOVERNANCE_FAILURES.labels("governor").inc()
             self.audit.record(
                 AuditAction.redaction_failed,
                 actor="system",

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from evolvable.governance.api import AuditReadsMiddleware, governance_routers
+from evolvable.governance.audit import AuditAction
 from evolvable.governance.pipeline import Governor
 from evolvable.governance.retention import retention_loop
 from evolvable.governance.tenants import DEFAULT_TENANT, TenantDirectory
@@ -93,6 +94,12 @@ class Governance:
             authenticator=directory if require_keys else KeysOrDefaultTenant(directory),
             routers=governance_routers(store, directory),
             retention_interval_s=retention_interval_s,
+        )
+
+    def audit_control_action(self, actor: str, action: str, target: str) -> None:
+        """The control API's `on_action` hook: an approve, promote or rollback by hand, on the audit log."""
+        self.directory.audit.record(
+            AuditAction.control_action, actor=actor, target=f"{action}:{target}", details={"action": action}
         )
 
     def install(self, app: Any) -> None:

@@ -5,7 +5,7 @@
   `logprobs` adds per-token logprobs of the raw model distribution (temperature 1, before top-p).
 - `GET /v1/models`: the base model and every loaded adapter.
 - `POST /v1/load_lora_adapter {lora_name, lora_path}`, `POST /v1/unload_lora_adapter {lora_name}`.
-- `GET /health`, `GET /stats` (engine counters).
+- `GET /health`, `GET /stats` (engine counters), `GET /metrics` (Prometheus).
 Errors are OpenAI-style `{"error": {"message", "type", "code"}}` bodies with a 4xx status.
 """
 
@@ -27,12 +27,14 @@ from pydantic import ValidationError
 
 from evolvable.errors import EvolvableError
 from evolvable.policy_server.engine import UNKNOWN_ADAPTER, AdapterError, Engine, GenerationResult, StepUpdate
+from evolvable.policy_server.metrics import EngineCollector
 from evolvable.policy_server.schemas import (
     ChatCompletionRequest,
     CompletionRequest,
     LoadLoraAdapterRequest,
     UnloadLoraAdapterRequest,
 )
+from evolvable.telemetry.metrics import CONTENT_TYPE, POLICY_REGISTRY, exposition
 
 __all__ = ["create_app"]
 
@@ -109,6 +111,13 @@ def create_app(engine: Engine, *, aliases: tuple[str, ...] = ()) -> FastAPI:
     @app.get("/health")
     async def health() -> Response:
         return _json({"status": "ok", "model": engine.model_name, "adapters": sorted(engine.adapters)})
+
+    metrics_collector = EngineCollector(engine)
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        body = exposition([POLICY_REGISTRY], [metrics_collector])
+        return Response(body, media_type=CONTENT_TYPE)
 
     @app.get("/stats")
     async def stats() -> Response:

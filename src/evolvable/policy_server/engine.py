@@ -32,6 +32,7 @@ from evolvable.errors import EvolvableError
 from evolvable.policy_server.detokenize import TokenText, find_stop, safe_text_end
 from evolvable.policy_server.prefix_cache import PrefixCache
 from evolvable.policy_server.sampling import SamplingParams, sample_token
+from evolvable.telemetry.metrics import DECODE_BATCH_SIZE
 
 __all__ = ["AdapterError", "Engine", "EngineStats", "GenerationResult", "RequestError", "StepUpdate"]
 
@@ -206,7 +207,20 @@ class Engine:
     def text_prompt_ids(self, prompt: str) -> list[int]:
         return list(self.tokenizer(prompt, add_special_tokens=False)["input_ids"])
 
+    # ----------------------------------------------------------------- load, for /metrics
+
+    @property
+    def queue_depth(self) -> int:
+        """Requests submitted and not yet admitted to the running batch."""
+        return self._waiting.qsize()
+
+    @property
+    def batch_size(self) -> int:
+        """Sequences in the running batch."""
+        return len(self._running)
+
     # ----------------------------------------------------------------- adapters
+
     @property
     def adapters(self) -> dict[str, str]:
         """Loaded LoRA adapters: name -> path."""
@@ -503,6 +517,7 @@ class Engine:
         for sequence in rows:
             sequence.next_position += 1
         self.stats.decode_steps += 1
+        DECODE_BATCH_SIZE.observe(len(rows))
         self.stats.max_decode_batch = max(self.stats.max_decode_batch, len(rows))
         if len(rows) > 1:
             self.stats.batched_decode_steps += 1

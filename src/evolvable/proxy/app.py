@@ -33,6 +33,7 @@ from evolvable.proxy.hooks import (
     Principal,
     RequestRewriter,
 )
+from evolvable.proxy.metrics import metrics_router, observe_capture, observed
 from evolvable.proxy.sessions import SessionManager
 from evolvable.proxy.spool import Spool
 from evolvable.proxy.upstream import UpstreamClient
@@ -40,6 +41,7 @@ from evolvable.proxy.wire import WIRE_PATHS
 from evolvable.proxy.wire.endpoint import WireEndpoint
 from evolvable.proxy.writer import BackgroundWriter, WriterRunner, WriterStats
 from evolvable.store import Store
+from evolvable.telemetry.metrics import configure_writer_snapshot
 
 log = logging.getLogger("evolvable.proxy")
 
@@ -84,6 +86,8 @@ class ProxyRuntime:
             idle_s=config.writer_idle_s,
         )
         self.writer_runner = WriterRunner(self.writer, mode=config.writer_mode, nice=config.writer_nice)
+        self.writer_metrics_path = config.spool_dir / "writer-metrics.prom" if config.writer_mode == "process" else None
+        configure_writer_snapshot(self.writer_metrics_path)  # before the writer is forked
         self.upstream: UpstreamClient = None  # type: ignore[assignment]  # made in the lifespan (needs a loop)
         self.dropped_records = 0
 
@@ -95,6 +99,7 @@ class ProxyRuntime:
 
     async def spool_record(self, record: dict[str, Any]) -> None:
         """Queue a capture record; waits under back-pressure, drops (loudly) only after the timeout."""
+        observe_capture(record)
         try:
             await self.spool.append(orjson.dumps(record, default=str), self.config.backpressure_timeout_s)
         except Exception:
@@ -191,6 +196,9 @@ class ProxyApp(FastAPI):
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await super().__call__(scope, receive, send)
+        await observed(self._dispatch, scope, receive, send)
+
+    async def _dispatch(self, scope: Any, receive: Any, send: Any) -> None:
         endpoint = _HOT_PATHS.get(scope["path"])
         if endpoint is not None:
             return await self.hot_path(scope, receive, send, endpoint)
@@ -241,6 +249,7 @@ def create_app(
     app.include_router(proxy_router)
     for protocol_router in _protocol_routers():
         app.include_router(protocol_router)
+    app.include_router(metrics_router())
     for extra in routers:
         app.include_router(extra)
 

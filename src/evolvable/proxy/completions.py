@@ -23,6 +23,7 @@ from evolvable.errors import UpstreamError
 from evolvable.proxy.capture import SSEStripper, has_token_fields, llm_step_id, strip_token_fields
 from evolvable.proxy.errors import error_body
 from evolvable.proxy.hooks import Principal, SessionContext
+from evolvable.proxy.metrics import UPSTREAM_SCOPE_KEY
 from evolvable.proxy.sessions import KEY_PREFIX, Session
 
 if TYPE_CHECKING:
@@ -221,6 +222,7 @@ class CompletionsEndpoint:
             upstream = rt.config.upstream(upstream_name)
         except Exception as err:
             raise RequestRejected(400, str(err), "invalid_request_error", "unknown_upstream") from None
+        scope[UPSTREAM_SCOPE_KEY] = upstream.name
         if model != body.get("model"):
             body = {**body, "model": model}
         wire = scope.get("evolvable.wire")  # a Responses/Messages call translated at the edge (proxy.wire)

@@ -31,6 +31,7 @@ from evolvable.proxy.errors import APIError
 from evolvable.proxy.hooks import Principal, SessionContext
 from evolvable.proxy.sessions import KEY_PREFIX, Session, new_session_id
 from evolvable.store import InvalidCursor, TrajectoryFilter
+from evolvable.telemetry import metrics
 
 router = APIRouter()
 _STEP: TypeAdapter[Step] = TypeAdapter(Step)
@@ -191,6 +192,7 @@ async def create_session(request: Request) -> Response:
             "at": session.created_at.timestamp(),
         }
     )
+    metrics.SESSIONS_STARTED.inc()
     return _json(
         {
             "id": session.id,
@@ -295,6 +297,7 @@ async def end_session(
     rt: ProxyRuntime, session: Session, status: str, outcome: float | None, reason: str | None = None
 ) -> None:
     rt.sessions.end(session, status)
+    metrics.SESSIONS_ENDED.labels(status).inc()
     await rt.spool_record(
         {
             "t": "end",

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evolvable.errors import TrainingError
+from evolvable.telemetry.metrics import TRAINER_REWARD, observe_training_step
 from evolvable.trainer.advantages import RunningBaselines
 from evolvable.trainer.config import RLConfig
 from evolvable.trainer.samples import (
@@ -433,6 +434,7 @@ def train_on_samples(
                         totals[key] += record[key]
                     totals["tokens"] += sequence_tokens
                     if accelerator.is_main_process:
+                        observe_training_step(record)
                         with metrics_path.open("a") as handle:
                             handle.write(json.dumps(record) + "\n")
             job_state.iteration = iteration + 1
@@ -587,6 +589,8 @@ def run_training_job(
     running.load_state_dict(saved["baselines"])
     samples = read_samples_jsonl(samples_file)
     stats = SampleStats(**{k: v for k, v in saved["stats"].items() if k in SampleStats.__dataclass_fields__})
+    if stats.reward_mean is not None:
+        TRAINER_REWARD.set(stats.reward_mean)
     job_state = JobState(running)
     if not samples:
         return TrainingResult(

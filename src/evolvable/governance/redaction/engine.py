@@ -20,6 +20,7 @@ from evolvable.errors import RedactionFailed
 from evolvable.governance.redaction.recognizers import Finding, Recognizer, default_recognizers, key_kind
 from evolvable.governance.redaction.recognizers import secret_value_ok as _secret_value_ok
 from evolvable.governance.redaction.validators import digits_of
+from evolvable.telemetry.metrics import count_redactions
 
 FAILED_MARKER = "<REDACTION_FAILED>"
 
@@ -366,6 +367,7 @@ class _KeywordSearch:
 def apply_findings(text: str, findings: Sequence[Finding], placeholders: PlaceholderMap) -> str:
     """`text` with each finding (non-overlapping, in text order) replaced by its placeholder."""
     placeholder = placeholders.placeholder
+    count_redactions(findings)
     if len(findings) == 1:  # the commonest case: two concatenations, no list
         start, end, kind, _ = findings[0]
         return text[:start] + placeholder(kind, text[start:end]) + text[end:]

@@ -1,0 +1,41 @@
+"""The dashboard: `/ui/` (static pages) over an authenticated, tenant-scoped JSON API (`/v1/dashboard/...`).
+
+    install_dashboard(app, plane=plane)     # after create_app; plane may be None (no control plane)
+
+The pages hold no data of their own: they call the same JSON API any client can, with the key the
+person logged in with, so they never show what that key may not read.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fastapi.staticfiles import StaticFiles
+
+STATIC_DIR = Path(__file__).parent / "static"
+
+
+def install_dashboard(app: Any, *, plane: Any = None) -> None:
+    """Mount `/ui/` and the dashboard API on a proxy app; with a control plane, also its pages and metrics."""
+    from evolvable.dashboard.runs import runs_router
+
+    app.include_router(runs_router(plane.clusterer if plane is not None else None))
+    if plane is None:
+        from evolvable.dashboard.evolution import without_control_router
+
+        app.include_router(without_control_router())
+    else:
+        from evolvable.control.metrics import ControlCollector
+        from evolvable.dashboard.evolution import evolution_router
+
+        app.include_router(evolution_router(plane))
+        from evolvable.telemetry.metrics import TRAINER_REGISTRY
+
+        # The weights lever trains in this process: its job's loss, KL and throughput show here too.
+        collectors = [ControlCollector(plane), TRAINER_REGISTRY]
+        app.state.metrics_collectors = [*getattr(app.state, "metrics_collectors", ()), *collectors]
+    app.mount("/ui", StaticFiles(directory=STATIC_DIR, html=True), name="ui")
+
+
+__all__ = ["STATIC_DIR", "install_dashboard"]

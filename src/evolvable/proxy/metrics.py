@@ -1,0 +1,205 @@
+"""The proxy's Prometheus instrumentation: one ASGI wrapper for every request, a scrape-time collector
+for the spool, writer and sessions, and the `/metrics` route.
+
+The wrapper reads what the handlers already produce (the status line, the `x-evolvable-overhead-ms`
+header, the upstream name the hot path leaves in the scope), so handlers need no metric calls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from evolvable.proxy.spool import segment_path
+from evolvable.telemetry import metrics
+
+if TYPE_CHECKING:
+    from evolvable.proxy.app import ProxyRuntime
+
+UPSTREAM_SCOPE_KEY = "evolvable.upstream"
+"""The hot path stores the name of the upstream it called here, for the request counter's label."""
+
+_PROTOCOLS = {
+    "/v1/chat/completions": "chat",
+    "/chat/completions": "chat",
+    "/v1/completions": "completions",
+    "/completions": "completions",
+    "/v1/responses": "responses",
+    "/responses": "responses",
+    "/v1/messages": "messages",
+    "/v1/messages/count_tokens": "messages",
+    "/v1/traces": "otlp",
+}
+
+
+def protocol_of(path: str) -> str:
+    """The wire protocol a path speaks; `api` for Evolvable's own JSON API, `ui` for the dashboard."""
+    if path.startswith("/ui"):
+        return "ui"
+    return _PROTOCOLS.get(path, "api")
+
+
+def _route_of(scope: dict[str, Any]) -> str:
+    """The route template (bounded cardinality), never the raw path of an unmatched request."""
+    path = scope.get("path", "")
+    if path in _PROTOCOLS:
+        return path if path.startswith("/v1/") else f"/v1{path}"
+    route = scope.get("route")
+    template = getattr(route, "path", None)
+    if template:
+        return template
+    return "/ui" if path.startswith("/ui") else "unmatched"
+
+
+_request_series: dict[tuple[str, str, str, str], tuple[Any, Any, Any]] = {}
+_upstream_series: dict[str, tuple[Any, Any]] = {}
+
+
+def _series_for(route: str, protocol: str, status: str, upstream: str) -> tuple[Any, Any, Any]:
+    """The labelled children of one request kind, looked up once (`labels()` costs as much as `observe()`).
+    Keys are bounded: route templates x statuses x upstreams."""
+    key = (route, protocol, status, upstream)
+    found = _request_series.get(key)
+    if found is None:
+        found = _request_series[key] = (
+            metrics.PROXY_REQUESTS.labels(route, protocol, status, upstream),
+            metrics.PROXY_LATENCY.labels(route, protocol),
+            metrics.PROXY_OVERHEAD.labels(route, protocol),
+        )
+    return found
+
+
+async def observed(app: Any, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """Run `app` on one HTTP request and record its count, status, latency and added overhead."""
+    started = time.perf_counter()
+    seen: list[Any] = [0, None]  # status, overhead header
+
+    async def watching_send(message: Any) -> None:
+        if message["type"] == "http.response.start":
+            seen[0] = message["status"]
+            for name, value in message.get("headers", ()):
+                if name == b"x-evolvable-overhead-ms":
+                    seen[1] = value
+        await send(message)
+
+    try:
+        await app(scope, receive, watching_send)
+    finally:
+        path = scope.get("path", "")
+        requests, latency, overhead = _series_for(
+            _route_of(scope), protocol_of(path), str(seen[0] or 500), scope.get(UPSTREAM_SCOPE_KEY, "")
+        )
+        requests.inc()
+        latency.observe(time.perf_counter() - started)
+        if seen[1] is not None:
+            with contextlib.suppress(ValueError):
+                overhead.observe(float(seen[1]) / 1000.0)
+
+
+def observe_capture(record: dict[str, Any]) -> None:
+    """A capture record on its way to the spool: upstream latency and time to first token of a call."""
+    if record.get("t") != "call":
+        return
+    upstream = record.get("up") or ""
+    series = _upstream_series.get(upstream)
+    if series is None:
+        series = _upstream_series[upstream] = (
+            metrics.UPSTREAM_LATENCY.labels(upstream),
+            metrics.TIME_TO_FIRST_TOKEN.labels(upstream),
+        )
+    if record.get("lat") is not None:
+        series[0].observe(record["lat"] / 1000.0)
+    if record.get("ttft") is not None:
+        series[1].observe(record["ttft"] / 1000.0)
+
+
+def spool_backlog_bytes(directory: Path, end: tuple[int, int], checkpoint: tuple[int, int]) -> int:
+    """Bytes written to the spool's files that the writer has not applied to the store yet."""
+    (end_seq, end_off), (seq, off) = end, checkpoint
+    if (seq, off) >= (end_seq, end_off):
+        return 0
+    if seq == end_seq:
+        return end_off - off
+    total = 0
+    for s in range(seq, end_seq):
+        try:
+            size = os.stat(segment_path(directory, s)).st_size
+        except FileNotFoundError:
+            continue
+        total += max(0, size - off) if s == seq else size
+    return total + end_off
+
+
+class ProxyCollector(Collector):
+    """Scrape-time state of one proxy: spool, writer (counters shared with its process), sessions."""
+
+    def __init__(self, runtime: ProxyRuntime) -> None:
+        self.rt = runtime
+
+    def collect(self) -> Iterator[Any]:
+        rt = self.rt
+        status = rt.status()
+        checkpoint = tuple(status["spool_checkpoint"])
+        backlog = spool_backlog_bytes(rt.spool.directory, tuple(status["spool_end"]), checkpoint)  # type: ignore[arg-type]
+        yield GaugeMetricFamily("evolvable_spool_backlog_bytes", "Spooled bytes not yet applied to the store.", backlog)
+        yield CounterMetricFamily(
+            "evolvable_spool_records", "Capture records queued on the spool by this process.", rt.spool.enqueued
+        )
+        yield GaugeMetricFamily(
+            "evolvable_writer_lag_seconds",
+            "0 when the store has everything spooled; else seconds since the writer last committed a batch.",
+            _writer_lag(rt.spool.directory, backlog),
+        )
+        yield GaugeMetricFamily(
+            "evolvable_writer_alive", "1 while the background writer runs.", int(status["writer_alive"])
+        )
+        yield CounterMetricFamily(
+            "evolvable_writer_records", "Spool records applied to the store.", status["records_applied"]
+        )
+        yield CounterMetricFamily(
+            "evolvable_writer_events", "ATDP events applied to the store.", status["events_applied"]
+        )
+        yield CounterMetricFamily(
+            "evolvable_writer_failures", "Writer cycles that failed and were retried.", status["writer_failures"]
+        )
+        yield CounterMetricFamily(
+            "evolvable_proxy_records_dropped",
+            "Capture records dropped after the back-pressure timeout (data lost; should stay 0).",
+            status["records_dropped"],
+        )
+        yield GaugeMetricFamily("evolvable_proxy_sessions_open", "Sessions running on this proxy.", len(rt.sessions))
+
+
+def _writer_lag(directory: Path, backlog: int) -> float:
+    if backlog <= 0:
+        return 0.0
+    try:
+        return max(0.0, time.time() - os.stat(directory / "checkpoint").st_mtime)
+    except FileNotFoundError:
+        return 0.0
+
+
+def metrics_router(extra: Iterable[Collector] = ()) -> APIRouter:
+    """`GET /metrics`: process metrics, this proxy's state, the writer's counters, and `extra` collectors
+    (e.g. the control plane's), in Prometheus text format."""
+    router = APIRouter()
+
+    @router.get("/metrics", include_in_schema=False)
+    async def scrape(request: Request) -> Response:
+        rt: ProxyRuntime = request.app.state.proxy
+        collectors = [ProxyCollector(rt), *extra, *getattr(request.app.state, "metrics_collectors", ())]
+        body = metrics.exposition(
+            [metrics.PROXY_REGISTRY], collectors, writer=True, writer_snapshot=rt.writer_metrics_path
+        )
+        return Response(body, media_type=metrics.CONTENT_TYPE)
+
+    return router

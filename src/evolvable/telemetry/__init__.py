@@ -1,0 +1,1 @@
+"""Prometheus metrics of every component, defined in one place (depends only on prometheus_client)."""
