@@ -21,7 +21,7 @@ from sqlalchemy.engine import Engine
 
 from evolvable.control.journal import Journal
 from evolvable.control.models import PolicySpec, RolloutState, VersionKind, VersionRecord
-from evolvable.control.registry import Registry
+from evolvable.control.registry import DEFAULT_TENANT, Registry
 from evolvable.protocol.harness import Harness, render_messages
 from evolvable.protocol.models import ChatMessage
 from evolvable.proxy.hooks import RewriteResult, SessionContext  # the seam's types; the proxy owns them
@@ -55,19 +55,20 @@ class ServedVersions:
     def __init__(self, registry: Registry, journal: Journal) -> None:
         self.registry = registry
         self.journal = journal
-        self.agents: dict[str, AgentVersions] = {}
+        self.agents: dict[tuple[str, str], AgentVersions] = {}
+        """(tenant, agent) -> what is served: a tenant's requests only ever see its own versions."""
         self.refreshed_at = 0.0
 
     def refresh(self) -> None:
-        agents: dict[str, AgentVersions] = {}
+        agents: dict[tuple[str, str], AgentVersions] = {}
         for record in self.registry.served():
-            v = agents.setdefault(record.agent, AgentVersions())
+            v = agents.setdefault((record.tenant, record.agent), AgentVersions())
             slot = f"{record.kind.value}_{record.state.value}"
             setattr(v, slot, record)
             if record.kind == VersionKind.harness:
                 v.harnesses[record.id] = record.harness()
         for rollout in self.journal.rollouts(states=[RolloutState.running]):
-            v = agents.get(rollout.agent)
+            v = agents.get((rollout.tenant, rollout.agent))
             if v is not None:
                 setattr(v, f"{rollout.kind.value}_share", rollout.share)
         self.agents = agents
@@ -85,7 +86,7 @@ class HarnessRouter:
         clusterer: Any = None,
         max_sessions: int = 100_000,
     ) -> None:
-        self.versions = ServedVersions(Registry(engine), Journal(engine))
+        self.versions = ServedVersions(Registry(engine, tenant=None), Journal(engine, tenant=None))
         self.refresh_interval_s = refresh_interval_s
         self.clusterer = clusterer  # anything with .predict(text) -> str, for memory retrieval by cluster
         self.max_sessions = max_sessions
@@ -119,11 +120,11 @@ class HarnessRouter:
 
     # ------------------------------------------------------------------ assignment
 
-    def assign(self, agent: str, session_id: str | None) -> Assignment:
+    def assign(self, agent: str, session_id: str | None, tenant: str = DEFAULT_TENANT) -> Assignment:
         """Which harness and policy version this session runs; sticky once decided."""
         if self._thread is None:
             self.start()
-        v = self.versions.agents.get(agent)
+        v = self.versions.agents.get((tenant, agent))
         if v is None:
             return Assignment(None, None)
         served = {r.id for r in (v.harness_active, v.harness_canary, v.policy_active, v.policy_canary) if r}
@@ -152,10 +153,12 @@ class HarnessRouter:
                     self._sessions.popitem(last=False)
         return assignment
 
-    def harness_for(self, agent: str, session_id: str | None = None) -> tuple[Harness | None, str | None]:
-        """The harness an agent should run (for `GET /v1/agents/{name}/harness`)."""
-        assignment = self.assign(agent, session_id)
-        v = self.versions.agents.get(agent)
+    def harness_for(
+        self, agent: str, session_id: str | None = None, tenant: str = DEFAULT_TENANT
+    ) -> tuple[Harness | None, str | None]:
+        """The harness an agent of `tenant` should run (for `GET /v1/agents/{name}/harness`)."""
+        assignment = self.assign(agent, session_id, tenant)
+        v = self.versions.agents.get((tenant, agent))
         if v is None or assignment.harness_version is None:
             return None, None
         return v.harnesses.get(assignment.harness_version), assignment.harness_version
@@ -165,8 +168,8 @@ class HarnessRouter:
     def prepare(self, ctx: SessionContext, body: dict[str, Any]) -> RewriteResult:
         agent = ctx.agent or "default"
         session_id = ctx.session_id
-        assignment = self.assign(agent, session_id)
-        v = self.versions.agents.get(agent)
+        assignment = self.assign(agent, session_id, ctx.tenant_id)
+        v = self.versions.agents.get((ctx.tenant_id, agent))
         if v is None:
             return RewriteResult(body=body)
         pinned_h, pinned_p = ctx.harness_version, ctx.policy_version

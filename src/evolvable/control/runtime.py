@@ -44,7 +44,7 @@ from evolvable.control.models import (
     VersionRecord,
     VersionState,
 )
-from evolvable.control.registry import Registry, now
+from evolvable.control.registry import DEFAULT_TENANT, Registry, now
 from evolvable.control.rollout import CanaryConfig, analyze_canary
 from evolvable.control.statistics import RunSummary, compute_statistics, load_runs
 from evolvable.control.stats_math import wilson_interval, worse_pvalue
@@ -94,11 +94,17 @@ class ControlPlane:
         clusterer: Any = None,
         router: Any = None,
         leader: LeaderLock | None = None,
+        tenant: str = DEFAULT_TENANT,
+        judge_model: Any = None,
     ) -> None:
         self.store = store
+        self.tenant = tenant
+        """Control's view of an agent is (tenant, agent): runs, versions, decisions and rollouts of this tenant only."""
         self.config = config or ControlConfig()
-        self.registry = Registry(store.engine)
-        self.journal = Journal(store.engine)
+        self.registry = Registry(store.engine, tenant)
+        self.journal = Journal(store.engine, tenant)
+        self.judge_model = judge_model
+        """Settings of the judge model (base_url, model, api_key, rubric) for judge-based signals, when configured."""
         self.gates = Gates(self.config.gates)
         self.evolvers = evolvers or default_evolvers(evolver_model, trainer)
         self.clusterer = clusterer
@@ -163,6 +169,7 @@ class ControlPlane:
             limit=self.config.window,
             clusterer=self.clusterer,
             success_threshold=self.config.success_threshold,
+            tenant_id=self.tenant,
         )
 
     def _tick_agent(self, agent: str, report: TickReport) -> None:
@@ -273,7 +280,7 @@ class ControlPlane:
         base_harness = active.harness()
         base_policy = policy.policy() if policy else None
         if isinstance(candidate, HarnessCandidate):
-            if candidate.harness.content_hash() == active.id:
+            if self.registry.version_id(candidate.harness) == active.id:
                 self.journal.update_decision(decision.id, state=DecisionState.failed, gates={"evolver": "no change"})
                 report.actions.append(f"{say}: evolver produced no change")
                 return

@@ -26,3 +26,4 @@ from evolvable.store.tables import trajectories as trajectories  # noqa: E402
 from evolvable.store.tables import governance as governance  # noqa: E402
 from evolvable.store.tables import registry as registry  # noqa: E402
 from evolvable.store.tables import proxy as proxy  # noqa: E402
+from evolvable.store.tables import control_artifacts as control_artifacts  # noqa: E402
