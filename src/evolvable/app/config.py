@@ -261,7 +261,17 @@ class EvolvableConfig(Section):
 
     def resolved(self) -> dict[str, Any]:
         """The configuration with every default filled in, as plain JSON (what `config check` prints)."""
-        return self.model_dump(mode="json")
+        import dataclasses
+        import json
+
+        from evolvable.proxy.config import config_from_dict
+
+        out = self.model_dump(mode="json")
+        proxy = dataclasses.asdict(config_from_dict(self.proxy))
+        for upstream in proxy["upstreams"]:
+            upstream.pop("api_key", None)  # resolved from the environment at start-up, never printed
+        out["proxy"] = json.loads(json.dumps(proxy, default=str))
+        return out
 
 
 def _location(loc: tuple[int | str, ...]) -> str:
@@ -300,7 +310,11 @@ def _check_proxy(config: EvolvableConfig, source: str) -> None:
         endpoint = getattr(config.control, name)
         if endpoint is not None:
             refs.append((f"control.{name}.upstream", endpoint.upstream))
-    bad = [f"  {path}: unknown upstream {ref!r} (known: {sorted(upstreams)})" for path, ref in refs if ref and ref not in upstreams]
+    bad = [
+        f"  {path}: unknown upstream {ref!r} (known: {sorted(upstreams)})"
+        for path, ref in refs
+        if ref and ref not in upstreams
+    ]
     if bad:
         raise ConfigError(f"{source} is invalid:\n" + "\n".join(bad))
 

@@ -1,30 +1,35 @@
-"""`evolvable serve`: the data proxy in front of any OpenAI-compatible server."""
+"""`evolvable serve`: the proxy, governance and the control plane, built from one configuration.
+
+`--config evolvable.yaml` describes everything (docs/control_plane.md); the flags override it or,
+without a file, describe a one-upstream deployment.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
 
 def serve(
     upstream: str | None = typer.Option(None, "--upstream", help="Base URL of an OpenAI-compatible server."),
-    db: str | None = typer.Option(None, "--db", help="Database URL (default: EVOLVABLE_DB, else the embedded SQLite)."),
-    host: str = typer.Option("127.0.0.1", "--host"),
-    port: int = typer.Option(8400, "--port"),
-    config: Path | None = typer.Option(None, "--config", help="YAML or TOML proxy config (upstreams, model aliases)."),
+    db: str | None = typer.Option(None, "--db", help="Database URL (default: the config's, else EVOLVABLE_DB)."),
+    host: str | None = typer.Option(None, "--host", help="Default: the config's, else 127.0.0.1."),
+    port: int | None = typer.Option(None, "--port", help="Default: the config's, else 8400."),
+    config: Path | None = typer.Option(None, "--config", help="evolvable.yaml / .toml: the whole deployment."),
     spool_dir: Path | None = typer.Option(
         None, "--spool-dir", help="Capture spool directory (default: under EVOLVABLE_HOME)."
     ),
-    log_level: str = typer.Option("warning", "--log-level"),
-    governance: bool = typer.Option(
-        True, "--governance/--no-governance", help="Redaction, tenants and keys, audit, retention (default on)."
+    log_level: str | None = typer.Option(None, "--log-level"),
+    governance: bool | None = typer.Option(
+        None, "--governance/--no-governance", help="Redaction, tenants and keys, audit, retention (default on)."
     ),
-    control: bool = typer.Option(
-        True, "--control/--no-control", help="Apply registered harnesses and route policy versions (default on)."
+    control: bool | None = typer.Option(
+        None, "--control/--no-control", help="Apply registered harnesses and route policy versions (default on)."
     ),
-    control_interval: float = typer.Option(
-        60.0, "--control-interval", help="Seconds between control-plane cycles; 0 serves versions but never evolves."
+    control_interval: float | None = typer.Option(
+        None, "--control-interval", help="Seconds between control-plane cycles; 0 serves versions but never evolves."
     ),
 ) -> None:
     """Run the proxy: agents point their base_url here; every call becomes an ATDP trajectory."""
@@ -32,60 +37,63 @@ def serve(
 
     import uvicorn
 
-    from evolvable.proxy.app import create_app
-    from evolvable.proxy.config import ConfigError, ProxyConfig, UpstreamConfig, load_config
-    from evolvable.settings import env_value, get_settings
-    from evolvable.store import Store
+    from evolvable.app import build_stack
 
-    settings = get_settings()
-    cfg = load_config(config) if config is not None else ProxyConfig()
-    if upstream is not None:
-        cfg.upstreams.insert(0, UpstreamConfig(name="default", base_url=upstream))
-        cfg.default_upstream = cfg.default_upstream or "default"
-    cfg.spool_dir = spool_dir or cfg.spool_dir or settings.home / "spool"
-    for up in cfg.upstreams:
-        if up.api_key_env:
-            up.api_key = env_value(up.api_key_env)
-            if up.api_key is None:
-                raise ConfigError(f"upstream {up.name!r}: environment variable {up.api_key_env} is not set")
-    cfg.validate()
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    store = Store.open(db)
-    routers: list = []
-    governor = authenticator = rewriter = gov = None
-    if governance:
-        from evolvable.governance import Governance
-
-        gov = Governance.for_store(store)
-        governor, authenticator, routers = gov.governor, gov.authenticator, list(gov.routers)
-    if control:
-        from evolvable.control.api import create_control_router
-        from evolvable.control.router import HarnessRouter
-        from evolvable.control.runtime import ControlPlane
-
-        rewriter = HarnessRouter(store.engine)
-        plane = ControlPlane(store, router=rewriter)
-        routers.append(
-            create_control_router(
-                plane, rewriter, admin_key=settings.admin_key, tick_interval_s=control_interval or None
-            )
-        )
-    app = create_app(cfg, store, governor=governor, authenticator=authenticator, rewriter=rewriter, routers=routers)
-    if gov is not None:
-        gov.install(app)
-    try:
+    cfg = _configuration(config)
+    overrides: dict[str, Any] = {"db": db, "host": host, "port": port, "log_level": log_level}
+    overrides |= {"governance": governance, "control": control, "control_interval": control_interval}
+    apply_overrides(cfg, upstream=upstream, spool_dir=spool_dir, **overrides)
+    logging.basicConfig(level=cfg.server.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    with build_stack(cfg) as stack:
         uvicorn.run(
-            app,
-            host=host,
-            port=port,
+            stack.app,
+            host=cfg.server.host,
+            port=cfg.server.port,
             loop="uvloop",
             http="httptools",
-            log_level=log_level,
+            log_level=cfg.server.log_level,
             access_log=False,
             proxy_headers=False,
         )
-    finally:
-        store.close()
+
+
+def _configuration(path: Path | None) -> Any:
+    from evolvable.app import EvolvableConfig, load_config
+
+    return load_config(path) if path is not None else EvolvableConfig()
+
+
+def apply_overrides(
+    cfg: Any,
+    *,
+    upstream: str | None = None,
+    spool_dir: Path | None = None,
+    db: str | None = None,
+    host: str | None = None,
+    port: int | None = None,
+    log_level: str | None = None,
+    governance: bool | None = None,
+    control: bool | None = None,
+    control_interval: float | None = None,
+) -> None:
+    """Command-line flags win over the file."""
+    if upstream is not None:
+        cfg.proxy.setdefault("upstreams", []).insert(0, {"name": "default", "base_url": upstream})
+        cfg.proxy.setdefault("default_upstream", "default")
+    if spool_dir is not None:
+        cfg.proxy["spool_dir"] = str(spool_dir)
+    if db is not None:
+        cfg.store.url = db
+    for section, key, value in (
+        (cfg.server, "host", host),
+        (cfg.server, "port", port),
+        (cfg.server, "log_level", log_level),
+        (cfg.governance, "enabled", governance),
+        (cfg.control, "enabled", control),
+        (cfg.control, "tick_interval_s", control_interval),
+    ):
+        if value is not None:
+            setattr(section, key, value)
 
 
 def register(app: typer.Typer) -> None:
