@@ -221,13 +221,13 @@ def main() -> None:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from evolvable.app.local import local_stack
     from evolvable.policy_server.model_loading import load_base_model
     from evolvable.store import TrajectoryFilter
     from evolvable.trainer.config import RLConfig
     from evolvable.trainer.loop import run_training_job
     from evolvable.trainer.publish import manifest_for, publish
     from evolvable.trainer.samples import StoreSource
-    from evolvable.trainer.stack import local_stack
     from evolvable.workloads.support_desk.evaluate import EvalReport, evaluate
     from evolvable.workloads.support_desk.harnesses import AGENT_NAME
     from evolvable.workloads.support_desk.tasks import generate_tasks

@@ -61,9 +61,7 @@ def test_invalid_configuration_names_the_key(tmp_path: Path, yaml_text: str, key
 
 def test_config_check_exits_non_zero_naming_every_bad_key(tmp_path: Path) -> None:
     path = tmp_path / "evolvable.yaml"
-    path.write_text("control: {canary: {share: 1.5}, levres: []}
-agents: [{name: a, workload: {}}]
-")
+    path.write_text("control: {canary: {share: 1.5}, levres: []}\nagents: [{name: a, workload: {}}]\n")
     done = cli("config", "check", str(path))
     assert done.returncode == 2 and "Traceback" not in done.stderr
     for key in ("control.canary.share", "control.levres", "agents.0.workload"):

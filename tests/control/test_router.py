@@ -7,10 +7,10 @@ from fastapi.testclient import TestClient
 from tests.control.conftest import AGENT, base_harness
 
 from evolvable.control.api import create_control_router
-from evolvable.governance.tenants import TenantDirectory
 from evolvable.control.models import DecisionState, Lever, PolicySpec, VersionState
 from evolvable.control.router import HarnessRouter
 from evolvable.control.runtime import ControlPlane
+from evolvable.governance.tenants import TenantDirectory
 from evolvable.protocol.harness import MemoryExemplar
 from evolvable.protocol.models import ChatMessage
 from evolvable.proxy.hooks import RequestRewriter, RewriteResult, SessionContext

@@ -14,6 +14,7 @@ import openai
 import pytest
 import torch
 
+from evolvable.app.local import LocalStack, local_stack
 from evolvable.protocol.converters.rl_samples import RLSample, trajectory_to_samples
 from evolvable.protocol.models import LLMCallStep, Trajectory
 from evolvable.store import TrajectoryFilter
@@ -22,7 +23,6 @@ from evolvable.trainer.loop import run_training_job
 from evolvable.trainer.loss import token_logprobs
 from evolvable.trainer.publish import manifest_for, publish
 from evolvable.trainer.samples import StoreSource
-from evolvable.trainer.stack import LocalStack, local_stack
 
 pytestmark = pytest.mark.slow
 

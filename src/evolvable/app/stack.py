@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from evolvable.app.config import EvolvableConfig
@@ -76,13 +77,13 @@ def _governance(config: EvolvableConfig, store: Any) -> Any:
     )
 
 
-def _open(config: EvolvableConfig, launch: bool) -> Stack:
+def _open(config: EvolvableConfig, launch: bool, log_dir: Path | None = None) -> Stack:
     from evolvable.store import Store
 
     resources = contextlib.ExitStack()
     try:
         endpoints = (
-            launch_policy_servers(config, resources, get_settings().home / "logs")
+            launch_policy_servers(config, resources, log_dir or get_settings().home / "logs")
             if launch
             else {s.name: s.url for s in config.policy_servers if s.url}
         )
@@ -95,13 +96,14 @@ def _open(config: EvolvableConfig, launch: bool) -> Stack:
     return Stack(config=config, store=store, proxy_config=proxy, policy_endpoints=endpoints, resources=resources)
 
 
-def build_stack(config: EvolvableConfig) -> Stack:
-    """Everything `serve` runs. Close the stack (or use it as a context manager) to stop what it started."""
+def build_stack(config: EvolvableConfig, *, log_dir: Path | None = None) -> Stack:
+    """Everything `serve` runs. Close the stack (or use it as a context manager) to stop what it started.
+    Launched policy servers log under `log_dir` (default: EVOLVABLE_HOME/logs)."""
     from evolvable.control.api import create_control_router
     from evolvable.control.router import HarnessRouter
     from evolvable.proxy.app import create_app
 
-    stack = _open(config, launch=True)
+    stack = _open(config, launch=True, log_dir=log_dir)
     try:
         routers: list[Any] = []
         governor = authenticator = None

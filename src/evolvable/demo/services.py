@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 
 import httpx
 
+from evolvable.app.local import ServerThread
 from evolvable.policy_server.launcher import policy_server
 from evolvable.policy_server.model_loading import cached_model_dir
-from evolvable.trainer.stack import ServerThread
 
 if TYPE_CHECKING:
     from evolvable.governance.redaction.tokenizer_registry import TokenizerRegistry
