@@ -20,6 +20,7 @@ from evolvable.control.model_endpoints import EvolverModel, JudgeModel
 from evolvable.control.models import Lever, PolicySpec
 from evolvable.control.rollout import CanaryConfig
 from evolvable.control.runtime import ControlConfig, ControlPlane
+from evolvable.control.task_clusters import ClustererStore, ClusteringConfig, TaskClusters
 from evolvable.control.tenancy import ControlPlanes
 from evolvable.control.workloads import Workload, WorkloadContext, WorkloadError, load_entry_point, load_object
 from evolvable.protocol.harness import Harness, MemoryExemplar
@@ -138,6 +139,8 @@ def build_planes(
     settings = control_config(config)
     levers = evolvers(config, proxy, policy_endpoints or {})
     judge = judge_model(config, proxy)
+    clusterers = ClustererStore(store.engine)
+    clustering = ClusteringConfig(**config.control.clustering.model_dump())
 
     def make(tenant: str) -> ControlPlane:
         return ControlPlane(
@@ -148,6 +151,7 @@ def build_planes(
             leader=leader,
             tenant=tenant,
             judge_model=judge,
+            clusters=TaskClusters(clusterers, tenant, clustering),
         )
 
     planes = ControlPlanes(make=make, leader=leader)

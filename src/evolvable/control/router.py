@@ -22,6 +22,7 @@ from sqlalchemy.engine import Engine
 from evolvable.control.journal import Journal
 from evolvable.control.models import PolicySpec, RolloutState, VersionKind, VersionRecord
 from evolvable.control.registry import DEFAULT_TENANT, Registry
+from evolvable.control.task_clusters import ClustererStore, FittedClusterer
 from evolvable.protocol.harness import Harness, render_messages
 from evolvable.protocol.models import ChatMessage
 from evolvable.proxy.hooks import RewriteResult, SessionContext  # the seam's types; the proxy owns them
@@ -52,9 +53,12 @@ class Assignment:
 class ServedVersions:
     """Snapshot of what is served, per agent. Replaced atomically on refresh."""
 
-    def __init__(self, registry: Registry, journal: Journal) -> None:
+    def __init__(self, registry: Registry, journal: Journal, clusterers: ClustererStore | None = None) -> None:
         self.registry = registry
         self.journal = journal
+        self.clusterer_store = clusterers
+        self.clusterers: dict[tuple[str, str], FittedClusterer] = {}
+        """(tenant, agent) -> the task clusterer fitted from its traffic, for memory retrieval by cluster."""
         self.agents: dict[tuple[str, str], AgentVersions] = {}
         """(tenant, agent) -> what is served: a tenant's requests only ever see its own versions."""
         self.refreshed_at = 0.0
@@ -72,6 +76,8 @@ class ServedVersions:
             if v is not None:
                 setattr(v, f"{rollout.kind.value}_share", rollout.share)
         self.agents = agents
+        if self.clusterer_store is not None:
+            self.clusterers = self.clusterer_store.latest_all()
         self.refreshed_at = time.monotonic()
 
 
@@ -85,8 +91,13 @@ class HarnessRouter:
         refresh_interval_s: float = 5.0,
         clusterer: Any = None,
         max_sessions: int = 100_000,
+        learn_clusters: bool = True,
     ) -> None:
-        self.versions = ServedVersions(Registry(engine, tenant=None), Journal(engine, tenant=None))
+        self.versions = ServedVersions(
+            Registry(engine, tenant=None),
+            Journal(engine, tenant=None),
+            ClustererStore(engine) if learn_clusters else None,
+        )
         self.refresh_interval_s = refresh_interval_s
         self.clusterer = clusterer  # anything with .predict(text) -> str, for memory retrieval by cluster
         self.max_sessions = max_sessions
@@ -211,8 +222,10 @@ class HarnessRouter:
         if task_text is None:
             task_text = next((m.text() for m in conversation if m.role == "user"), "")
         cluster = metadata.get("cluster") if isinstance(metadata, dict) else None
-        if cluster is None and self.clusterer is not None and task_text:
-            cluster = self.clusterer.predict(task_text)
+        learned = self.versions.clusterers.get((ctx.tenant_id, ctx.agent)) if ctx is not None else None
+        clusterer = learned or self.clusterer
+        if cluster is None and clusterer is not None and task_text:
+            cluster = clusterer.predict(task_text)
         messages = render_messages(harness, conversation, task_text=task_text, cluster=cluster)
         out = {**body, "messages": [m.model_dump(mode="json", exclude_none=True) for m in messages]}
         if isinstance(body.get("tools"), list) and harness.tools:

@@ -48,6 +48,7 @@ from evolvable.control.registry import DEFAULT_TENANT, Registry, now
 from evolvable.control.rollout import CanaryConfig, analyze_canary
 from evolvable.control.statistics import RunSummary, compute_statistics, load_runs
 from evolvable.control.stats_math import wilson_interval, worse_pvalue
+from evolvable.control.task_clusters import TaskClusters
 from evolvable.errors import ControlError
 from evolvable.protocol.harness import Harness
 
@@ -96,6 +97,7 @@ class ControlPlane:
         leader: LeaderLock | None = None,
         tenant: str = DEFAULT_TENANT,
         judge_model: Any = None,
+        clusters: TaskClusters | None = None,
     ) -> None:
         self.store = store
         self.tenant = tenant
@@ -108,6 +110,8 @@ class ControlPlane:
         self.gates = Gates(self.config.gates)
         self.evolvers = evolvers or default_evolvers(evolver_model, trainer)
         self.clusterer = clusterer
+        self.clusters = clusters
+        """Per-agent clusterers fitted from this tenant's traffic (stored, refitted on drift); wins over `clusterer`."""
         self.router = router
         self.leader = leader or LeaderLock(store.engine)
         self.suites: dict[str, ReplaySuite] = {}
@@ -163,11 +167,12 @@ class ControlPlane:
         await asyncio.to_thread(self.leader.release)
 
     def runs(self, agent: str) -> list[RunSummary]:
+        fitted = self.clusters.for_agent(agent) if self.clusters is not None else None
         return load_runs(
             self.store,
             agent,
             limit=self.config.window,
-            clusterer=self.clusterer,
+            clusterer=fitted or self.clusterer,
             success_threshold=self.config.success_threshold,
             tenant_id=self.tenant,
         )
@@ -177,6 +182,11 @@ class ControlPlane:
         if active is None:
             return
         runs = self.runs(agent)
+        if self.clusters is not None:
+            _, refitted = self.clusters.update(agent, runs)
+            if refitted:
+                report.actions.append(refitted)
+                runs = self.runs(agent)
         for rollout in self.journal.rollouts(agent, [RolloutState.running]):
             self._advance_rollout(rollout, runs, report)
         for decision in self.journal.decisions(agent, [DecisionState.promoted, DecisionState.applied]):
