@@ -43,6 +43,7 @@ def control_config(config: EvolvableConfig) -> ControlConfig:
         verdict_min_runs=c.verdict_min_runs,
         verdict_delta=c.verdict_delta,
         use_canary=c.canary.enabled,
+        time_budget_s=c.time_budget_s,
     )
 
 
