@@ -282,6 +282,8 @@ def parse_config(data: Any, *, source: str = "configuration") -> EvolvableConfig
     """Validate parsed YAML/TOML; errors list every bad key path with its reason."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: must be a mapping at the top level")
+    if data and not set(data) & set(EvolvableConfig.model_fields):
+        data = {"proxy": data}  # a proxy-only file (upstreams, models, spool...), as `serve --config` took before
     try:
         config = EvolvableConfig.model_validate(data)
     except ValidationError as err:
