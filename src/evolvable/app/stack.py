@@ -63,6 +63,7 @@ def _tokenizers(config: EvolvableConfig) -> Any:
 
 
 def _governance(config: EvolvableConfig, store: Any) -> Any:
+    from evolvable.control.erasure import exemplar_eraser
     from evolvable.governance import Governance
 
     g = config.governance
@@ -74,6 +75,7 @@ def _governance(config: EvolvableConfig, store: Any) -> Any:
         retention_interval_s=g.retention_interval_s,
         admin_key=admin_key,
         tokenizers=_tokenizers(config),
+        erasers=(exemplar_eraser(store.engine),),
     )
 
 

@@ -34,10 +34,15 @@ def purge(
     request = PurgeRequest(tenant_id=tenant, end_user=user, trajectory_id=session)
     if not yes and not typer.confirm(f"Erase all data of {request.describe()}? This cannot be undone."):
         raise typer.Exit(1)
+    from evolvable.control.erasure import exemplar_eraser
+
     spool_dir = spool if spool is not None else get_settings().home / "spool"
     try:
         store = Store.open(db)
-        report = Purger(store, spool_purger=offline_spool_purger(spool_dir)).purge(request, actor="cli")
+        erasers = (exemplar_eraser(store.engine),)  # exemplars copied from the runs leave every harness version
+        report = Purger(store, spool_purger=offline_spool_purger(spool_dir), erasers=erasers).purge(
+            request, actor="cli"
+        )
     except EvolvableError as err:
         err_console.print(f"[bold red]error:[/] {err}", highlight=False)
         raise typer.Exit(2) from None

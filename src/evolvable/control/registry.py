@@ -320,6 +320,38 @@ class Registry:
                 for r in conn.execute(q)
             ]
 
+    # ------------------------------------------------------------------ erasure
+
+    def erase_exemplars(self, trajectory_ids: set[str], *, reason: str) -> dict[str, int]:
+        """Remove, from every harness version of this registry's tenant (any state), the memory exemplars
+        copied from `trajectory_ids`, in place: erasure outranks content addressing, so the version keeps its
+        id, its content loses the exemplars, and its lineage records what was erased and why."""
+        if not trajectory_ids:
+            return {"exemplars": 0, "harness_versions": 0}
+        erased = versions = 0
+        with write_transaction(self.engine) as conn:
+            rows = conn.execute(
+                self._scoped(sa.select(registry_versions).where(registry_versions.c.kind == VersionKind.harness.value))
+            ).all()
+            for row in rows:
+                memory = row.content.get("memory") or []
+                keep = [ex for ex in memory if ex.get("source_trajectory_id") not in trajectory_ids]
+                if len(keep) == len(memory):
+                    continue
+                lineage = dict(row.lineage or {})
+                lineage["erased"] = [
+                    *lineage.get("erased", []),
+                    {"exemplars": len(memory) - len(keep), "reason": reason},
+                ]
+                conn.execute(
+                    registry_versions.update()
+                    .where(registry_versions.c.id == row.id)
+                    .values(content={**row.content, "memory": keep}, lineage=lineage, updated_at=now())
+                )
+                erased += len(memory) - len(keep)
+                versions += 1
+        return {"exemplars": erased, "harness_versions": versions}
+
     # ------------------------------------------------------------------ state changes
 
     def transition(

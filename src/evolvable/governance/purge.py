@@ -9,7 +9,7 @@ The audit entry for a user purge names the user by a hash only.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -23,6 +23,11 @@ from evolvable.governance.datasets import DatasetCatalog
 
 SpoolPurger = Callable[[Callable[[Any], bool]], int]
 """`purge(predicate) -> records removed`: a running proxy's `purge_spool`, or an offline spool directory's."""
+
+DerivedEraser = Callable[[str | None, set[str], str], dict[str, int]]
+"""`erase(tenant_id, trajectory_ids, reason) -> counts`: removes content other components copied out of the
+purged runs (the control plane's memory exemplars in harness versions). Governance never imports them; the
+composition root hands them in, and their counts go into the purge's audit entry."""
 
 
 class PurgeRequest(BaseModel):
@@ -50,6 +55,8 @@ class PurgeReport(BaseModel):
     datasets_invalidated: int
     spool_records: int | None
     """None when no spool was reachable (say so to the caller)."""
+    derived: dict[str, int] = {}
+    """Copies erased elsewhere, by kind (e.g. `exemplars`, `harness_versions`)."""
     wal_checkpointed: bool | None = None
     """SQLite: whether the write-ahead log was checkpointed and truncated, so the deleted rows' old page
     images are gone from disk too (False: a reader held it; it happens at the next checkpoint)."""
@@ -116,11 +123,13 @@ class Purger:
         catalog: DatasetCatalog | None = None,
         audit: AuditLog | None = None,
         spool_purger: SpoolPurger | None = None,
+        erasers: Sequence[DerivedEraser] = (),
     ) -> None:
         self.store = store
         self.audit = audit or AuditLog(store.engine)
         self.catalog = catalog or DatasetCatalog(store, audit=self.audit)
         self.spool_purger = spool_purger
+        self.erasers = tuple(erasers)
 
     def purge(
         self,
@@ -141,8 +150,9 @@ class Purger:
             ids=[request.trajectory_id] if request.trajectory_id else None,
             started_before=request.started_before,
         )
-        # Ids first: the spool may hold later events of these runs that carry no end_user.
-        known_ids = {h.id for h in self._headers(selector)} if request.end_user else set()
+        # Ids first: the spool may hold later events of these runs that carry no end_user; derived copies
+        # (exemplars) are found by the ids of the runs they came from.
+        known_ids = {h.id for h in self._headers(selector)} if request.end_user or self.erasers else set()
         spool_records: int | None = None
         if self.spool_purger is not None and request.started_before is None:
             matcher = spool_matcher(request, known_ids)
@@ -151,6 +161,10 @@ class Purger:
                 # A second pass catches events that came before their run's start record.
                 spool_records += self.spool_purger(matcher)
         removed = self.store.delete_trajectories(selector)
+        derived: dict[str, int] = {}
+        for erase in self.erasers:
+            for kind, count in erase(request.tenant_id, known_ids, f"{action.value} {request.describe()}").items():
+                derived[kind] = derived.get(kind, 0) + count
         with self.catalog.engine.begin() as conn:
             _forget_sessions(conn, request)
             items, invalidated = self.catalog.drop_items(
@@ -161,7 +175,7 @@ class Purger:
                 trajectory_ids=[request.trajectory_id] if request.trajectory_id else None,
                 started_before=request.started_before,
             )
-            if audit_empty or removed or items or spool_records:
+            if audit_empty or removed or items or spool_records or any(derived.values()):
                 self.audit.record(
                     action,
                     actor=actor,
@@ -172,6 +186,7 @@ class Purger:
                         "dataset_items": items,
                         "datasets_invalidated": invalidated,
                         "spool_records": spool_records,
+                        **derived,
                     },
                     conn=conn,
                 )
@@ -180,6 +195,7 @@ class Purger:
             dataset_items=items,
             datasets_invalidated=invalidated,
             spool_records=spool_records,
+            derived=derived,
             wal_checkpointed=self._checkpoint() if removed or items else None,
         )
 
