@@ -79,6 +79,10 @@ class Replica:
             time.sleep(0.3)
         raise AssertionError("a replica did not start")
 
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
     def leads(self, decision: Decision) -> bool:
         return f":{self.proc.pid}:" in str(decision.evidence.get("leader"))
 
@@ -130,6 +134,9 @@ def test_kill_9_the_leader_mid_decision_and_the_other_replica_takes_over(replica
             "A's decision to reach its gates",
         )[0]
         assert a.leads(cut) and cut.candidate_version  # A decided, built the candidate, and is in its gates
+        # The tick runs beside the server, not in it: A still answers while its gates take minutes.
+        served = httpx.get(f"{a.url}/control/status", headers={"Authorization": "Bearer adm-unused"}, timeout=10)
+        assert served.status_code == 200 and served.json()[AGENT]["harness"]["active"] == active.id
 
         b = Replica(config, tmp_path / "home-b", gate_delay_s=0, log=tmp_path / "b.log").wait_ready()
         started.append(b)
