@@ -283,6 +283,12 @@ class Registry:
         with self.engine.connect() as conn:
             return sorted(r[0] for r in conn.execute(self._scoped(sa.select(registry_versions.c.agent).distinct())))
 
+    def tenants(self) -> list[str]:
+        """Tenants with any version in this registry's scope."""
+        with self.engine.connect() as conn:
+            query = self._scoped(sa.select(registry_versions.c.tenant).distinct())
+            return sorted(r[0] for r in conn.execute(query))
+
     def lineage(self, version_id: str) -> list[VersionRecord]:
         """The version and its ancestors, newest first."""
         chain: list[VersionRecord] = []

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from evolvable.control.leader import LeaderLock
+from evolvable.control.registry import Registry
 from evolvable.control.runtime import ControlPlane, TickReport
 
 log = logging.getLogger(__name__)
@@ -58,9 +59,13 @@ class ControlPlanes:
         return iter([self.planes[t] for t in self.tenants()])
 
     def tick(self, tenant: str | None = None, agent: str | None = None) -> TickReport:
-        """One cycle for every tenant (or one), as the leader; a non-leader changes nothing."""
+        """One cycle for every tenant (or one), as the leader; a non-leader changes nothing. Tenants whose
+        agents were registered outside the configuration (`evolvable harness register`) are ticked too."""
         if not self.leader.acquire():
             return TickReport(leader=False)
+        if tenant is None:
+            for known in Registry(self.leader.engine, tenant=None).tenants():
+                self.plane(known)
         report = TickReport(leader=True)
         for plane in [self.plane(tenant)] if tenant else list(self):
             part = plane.tick(agent)
