@@ -197,3 +197,4 @@ def test_serve_clusters_decides_gates_canaries_and_judges_from_configuration(ser
     assert decision["state"] in ("promoted", "rolled_back") and decision["verdict"] is not None, decision
     served_by = {a["candidate"]["n"] for a in rollout["analyses"]}
     assert max(served_by) > 0  # live sessions ran the candidate
+    print(f"\ncontrol plane: {actions}\ndecision {decision['state']}, verdict {decision['verdict']}, rollout {rollout}")

@@ -79,16 +79,12 @@ def _governance(config: EvolvableConfig, store: Any) -> Any:
     )
 
 
-def _open(config: EvolvableConfig, launch: bool, log_dir: Path | None = None) -> Stack:
+def _open(config: EvolvableConfig, log_dir: Path | None = None) -> Stack:
     from evolvable.store import Store
 
     resources = contextlib.ExitStack()
     try:
-        endpoints = (
-            launch_policy_servers(config, resources, log_dir or get_settings().home / "logs")
-            if launch
-            else {s.name: s.url for s in config.policy_servers if s.url}
-        )
+        endpoints = launch_policy_servers(config, resources, log_dir or get_settings().home / "logs")
         proxy = proxy_config(config, endpoints)
         store = Store.open(config.store.url)
         resources.callback(store.close)
@@ -105,7 +101,7 @@ def build_stack(config: EvolvableConfig, *, log_dir: Path | None = None) -> Stac
     from evolvable.control.router import HarnessRouter
     from evolvable.proxy.app import create_app
 
-    stack = _open(config, launch=True, log_dir=log_dir)
+    stack = _open(config, log_dir=log_dir)
     try:
         routers: list[Any] = []
         governor = authenticator = None
@@ -141,8 +137,9 @@ def build_stack(config: EvolvableConfig, *, log_dir: Path | None = None) -> Stac
 
 
 def build_control_only(config: EvolvableConfig) -> Stack:
-    """The store and the control planes, no proxy and no launched servers (`evolvable control tick`)."""
-    stack = _open(config, launch=False)
+    """The store and the control planes, no proxy (`evolvable control tick`). An embedded policy server
+    the file gives no URL for is launched for the tick's replays, as `serve` would."""
+    stack = _open(config)
     try:
         stack.planes = _planes(stack, router=None)
     except BaseException:
