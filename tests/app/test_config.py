@@ -98,3 +98,21 @@ def test_the_same_agent_twice_in_one_tenant_is_refused() -> None:
     with pytest.raises(ConfigError, match="listed twice"):
         parse_config({"agents": [{"name": "a"}, {"name": "a"}]})
     parse_config({"agents": [{"name": "a", "tenant": "t1"}, {"name": "a", "tenant": "t2"}]})
+
+
+def test_a_proxy_only_file_is_still_a_configuration(tmp_path: Path) -> None:
+    path = tmp_path / "proxy.yaml"
+    path.write_text("upstreams: [{name: up, base_url: 'http://x/v1'}]\nspool_fsync: batch\n")
+    cfg = load_config(path)
+    assert cfg.proxy["spool_fsync"] == "batch" and cfg.agents == []
+
+
+def test_serve_flags_override_the_file() -> None:
+    from evolvable.cli.serve import apply_overrides
+
+    cfg = parse_config({"server": {"port": 9000}, "control": {"tick_interval_s": 30}})
+    apply_overrides(cfg, upstream="http://up/v1", db="sqlite:///x.db", port=9100, control_interval=0, governance=False)
+    assert cfg.server.port == 9100 and cfg.store.url == "sqlite:///x.db"
+    assert cfg.control.tick_interval_s == 0 and cfg.governance.enabled is False
+    assert cfg.proxy["upstreams"][0] == {"name": "default", "base_url": "http://up/v1"}
+    assert cfg.proxy["default_upstream"] == "default"
