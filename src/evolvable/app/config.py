@@ -212,8 +212,9 @@ class ControlSection(Section):
     levers: list[Lever] = Field(default_factory=lambda: [lv for lv in Lever])
     tick_interval_s: float = Field(60.0, ge=0)
     """Seconds between ticks inside `serve`; 0 serves versions but never evolves (use `evolvable control tick`)."""
-    time_budget_s: float = Field(600.0, gt=0)
-    """Longest a tick's evolver and gates may run before the tick is abandoned (its decision records why)."""
+    time_budget_s: float = Field(3600.0, gt=0)
+    """Longest a decision's evolver (weights: training included) and gates may take; past it the decision is
+    recorded as failed before anything is served."""
     window: int = Field(300, ge=1)
     verdict_min_runs: int = Field(12, ge=1)
     verdict_delta: float = Field(0.1, gt=0, le=1)

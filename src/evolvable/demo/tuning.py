@@ -53,6 +53,7 @@ def demo_configuration(cfg: DemoConfig, harness_file: Path) -> EvolvableConfig:
         ],
         "control": {
             "tick_interval_s": 0,  # the demo ticks between rounds
+            "time_budget_s": 7200,  # exploration and training on a busy laptop: never cut a demo decision short
             "levers": [lv.value for lv in levers],
             "decision": {
                 "min_runs": n,
