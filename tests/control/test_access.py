@@ -126,3 +126,42 @@ def test_register_needs_an_admin_key_and_stays_in_the_callers_tenant(store) -> N
     made = client.post(url, content=body, params={"activate": "true"}, headers={"Authorization": f"Bearer {admin}"})
     assert made.status_code == 200 and made.json()["state"] == "active"
     assert made.json()["tenant"] == "acme"
+
+
+def test_statistics_and_exemplars_never_cross_tenants(store) -> None:
+    from tests.control.conftest import CLUSTERS, make_trajectory
+
+    from evolvable.control.decision import DecisionConfig
+    from evolvable.control.runtime import ControlConfig
+
+    planes = ControlPlanes.single(ControlPlane(store))
+    cfg = ControlConfig(
+        decision=DecisionConfig(levers=frozenset({Lever.memory}), min_runs=12, min_cluster_runs=2), use_canary=False
+    )
+    acme, globex = planes.plane("acme"), planes.plane("globex")
+    acme.config = globex.config = cfg
+    a_active, _ = acme.bootstrap(base_harness())
+    g_active, _ = globex.bootstrap(base_harness())
+    acme_ids = set()
+    for i in range(24):
+        ok = i % 2 == 0  # acme has successes to harvest in every cluster; globex has none
+        a = make_trajectory(cluster=CLUSTERS[i % 3], success=ok, harness_version=a_active.id, task_text=f"acme {i}")
+        g = make_trajectory(
+            cluster=CLUSTERS[i % 3], success=False, harness_version=g_active.id, task_text=f"globex {i}"
+        )
+        a.tenant_id, g.tenant_id = "acme", "globex"
+        store.put_trajectory(a)
+        store.put_trajectory(g)
+        acme_ids.add(a.id)
+    assert globex.status()[AGENT]["runs"] == 24 and globex.status()[AGENT]["success_rate"] == 0.0
+    report = globex.tick()
+    for d in report.decisions:
+        cand = globex.journal.decision(d).candidate_version
+        if cand:
+            memory = globex.registry.get(cand).harness().memory
+            assert not {ex.source_trajectory_id for ex in memory} & acme_ids
+    assert not any("acme" in line for line in report.actions)
+    report = acme.tick()
+    decision = acme.journal.decision(report.decisions[0])
+    memory = acme.registry.get(decision.candidate_version).harness().memory
+    assert memory and {ex.source_trajectory_id for ex in memory} <= acme_ids  # its own runs only
