@@ -33,6 +33,7 @@ def test_the_shipped_vllm_example_passes_config_check() -> None:
     assert all("api_key" not in u for u in resolved["proxy"]["upstreams"])
     assert resolved["control"]["gates"]["alpha"] == 0.05  # defaults are filled in
     assert "retailer_agents" in done.stderr  # the team's plugin is not installed here: a warning, not an error
+    assert parse_config(resolved).resolved() == resolved  # what it prints is a configuration again
     assert cli("config", "check", str(EXAMPLE), "--strict").returncode == 2
 
 

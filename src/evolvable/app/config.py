@@ -271,7 +271,10 @@ class EvolvableConfig(Section):
         proxy = dataclasses.asdict(config_from_dict(self.proxy))
         for upstream in proxy["upstreams"]:
             upstream.pop("api_key", None)  # resolved from the environment at start-up, never printed
-        out["proxy"] = json.loads(json.dumps(proxy, default=str))
+        for alias in proxy["models"].values():
+            alias["model"] = alias.pop("served_model")  # the file's own key: the output loads again
+        unset = [key for key, value in proxy.items() if value is None]  # defaults decided at start-up
+        out["proxy"] = json.loads(json.dumps({k: v for k, v in proxy.items() if k not in unset}, default=str))
         return out
 
 
