@@ -14,8 +14,9 @@ admin keys stored in the database are honoured like the bootstrap one.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
@@ -85,7 +86,7 @@ def access_dependency(authenticator: Authenticator) -> Callable[[Request], Await
 class ErrorShapedRoute(APIRoute):
     """Renders `APIError` (from a route or a dependency) as `{"error": {...}}` in whatever app mounts the router."""
 
-    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
 
         async def handle(request: Request) -> Response:

@@ -132,7 +132,9 @@ class ClustererStore:
                             c.tenant == head.tenant, c.agent == head.agent, c.version == head.version
                         )
                     ).one()
-                    cached = FittedClusterer(key[2], from_artifact(row.artifact), utc(row.created_at))
+                    created = utc(row.created_at)
+                    assert created is not None  # the column is NOT NULL
+                    cached = FittedClusterer(key[2], from_artifact(row.artifact), created)
                     with self._lock:
                         self._cache[key] = cached
                 out[(head.tenant, head.agent)] = cached
