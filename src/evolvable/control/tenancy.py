@@ -67,11 +67,12 @@ class ControlPlanes:
             for known in Registry(self.leader.engine, tenant=None).tenants():
                 self.plane(known)
         report = TickReport(leader=True)
-        for plane in [self.plane(tenant)] if tenant else list(self):
-            part = plane.tick(agent)
-            prefix = "" if plane.tenant == "default" else f"[{plane.tenant}] "
-            report.actions += [prefix + a for a in part.actions]
-            report.decisions += part.decisions
+        with self.leader.kept():
+            for plane in [self.plane(tenant)] if tenant else list(self):
+                part = plane.tick(agent)
+                prefix = "" if plane.tenant == "default" else f"[{plane.tenant}] "
+                report.actions += [prefix + a for a in part.actions]
+                report.decisions += part.decisions
         return report
 
     async def run_background(self, interval_s: float, stop: asyncio.Event | None = None) -> None:
