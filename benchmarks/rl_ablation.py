@@ -69,7 +69,7 @@ def main() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from evolvable.demo.stack import local_stack
+    from evolvable.app.local import local_stack
     from evolvable.model_loading import load_base_model
     from evolvable.store import TrajectoryFilter
     from evolvable.trainer.config import RLConfig

@@ -1,82 +1,74 @@
-"""Erasure reaches weights: a purge that removes trajectories an adapter learnt from flags that adapter,
-lists it in the purge report and the audit log, and by policy retires it (the parent serves again)."""
+"""Purge and retention reach the control plane: exemplars copied from erased runs leave every harness version
+(active, retired, candidate) of the tenant, the audit entry counts them, and other tenants keep theirs."""
 
 from __future__ import annotations
 
-import json
+from datetime import timedelta
 
-import pytest
-from typer.testing import CliRunner
+from tests.control.conftest import AGENT, base_harness, make_trajectory
 
-from evolvable.control.erasure import WeightsErasure, trained_on
-from evolvable.control.models import PolicySpec, VersionState
-from evolvable.control.registry import Registry
-from evolvable.governance.audit import AuditLog
+from evolvable.control.erasure import exemplar_eraser
+from evolvable.control.models import VersionKind, VersionState
+from evolvable.control.registry import Registry, now
+from evolvable.governance.audit import AuditAction, AuditLog
 from evolvable.governance.purge import Purger, PurgeRequest
-from evolvable.protocol.models import Trajectory
-from evolvable.store import Store
+from evolvable.governance.retention import RetentionJob
+from evolvable.governance.tenants import TenantDirectory
+from evolvable.protocol.harness import MemoryExemplar
+from evolvable.protocol.models import ChatMessage
 
 
-def trajectories(store: Store, user: str, n: int) -> list[str]:
-    ids = []
-    for i in range(n):
-        t = Trajectory(agent="a", tenant_id="t1", end_user=user, task_input=f"task {i}")
-        store.put_trajectory(t)
-        ids.append(t.id)
-    return ids
-
-
-def adapter(registry: Registry, name: str, ids: list[str], parent: str | None) -> str:
-    spec = PolicySpec(base_model="m", lora_name=name, adapter_path=f"/adapters/{name}")
-    data = json.dumps({"job": name, "trajectory_ids": ids})
-    return registry.register_policy("a", spec, parent=parent, data_snapshot=data).id
-
-
-@pytest.fixture
-def world(db_url: str):
-    store = Store.open(db_url)
-    registry = Registry(store.engine)
-    alice, bob = trajectories(store, "alice", 3), trajectories(store, "bob", 3)
-    base = registry.register_policy("a", PolicySpec(base_model="m")).id
-    registry.promote(base)
-    trained = adapter(registry, "rl-1", alice + bob, base)
-    registry.promote(trained)
-    candidate = adapter(registry, "rl-2", bob, trained)
-    return store, registry, base, trained, candidate
-
-
-def test_purging_a_user_retires_the_adapter_that_learnt_from_them(world) -> None:
-    store, registry, base, trained, candidate = world
-    assert len(trained_on(registry.get(trained))) == 6
-    report = Purger(store, dependents=WeightsErasure(registry)).purge(PurgeRequest(end_user="alice"), actor="test")
-    assert report.trajectories == 3
-    assert report.dependents == [
-        {"policy_version": trained, "agent": "a", "purged_trajectories": 3, "action": f"retired; {base} restored"}
-    ]
-    assert registry.get(trained).state == VersionState.retired and registry.get(base).state == VersionState.active
-    assert registry.get(candidate).state == VersionState.candidate  # never saw alice's data
-    [entry] = AuditLog(store.engine).query(action="purge")
-    assert entry.details["dependents"][0]["policy_version"] == trained
-
-
-def test_retrain_policy_flags_without_changing_what_serves(world) -> None:
-    store, registry, _, trained, candidate = world
-    erasure = WeightsErasure(registry, policy="retrain")
-    report = Purger(store, dependents=erasure).purge(PurgeRequest(end_user="bob"), actor="test")
-    assert {d["policy_version"]: d["action"] for d in report.dependents} == {
-        trained: "flagged for retraining",
-        candidate: "flagged for retraining",
-    }
-    assert registry.get(trained).state == VersionState.active
-
-
-def test_the_purge_command_lists_affected_adapters(world, db_url: str, tmp_path) -> None:
-    from evolvable.cli.main import app
-
-    _, registry, _, trained, candidate = world
-    result = CliRunner().invoke(
-        app, ["purge", "--user", "bob", "--yes", "--db", db_url, "--spool", str(tmp_path / "none")]
+def exemplar_of(trajectory_id: str, text: str) -> MemoryExemplar:
+    return MemoryExemplar(
+        id=f"ex-{trajectory_id}",
+        cluster="refund",
+        task_input=text,
+        messages=[ChatMessage(role="user", content=text), ChatMessage(role="assistant", content="done")],
+        source_trajectory_id=trajectory_id,
     )
-    assert result.exit_code == 0, result.output
-    assert trained in result.output and candidate in result.output
-    assert registry.get(candidate).state == VersionState.rejected
+
+
+def test_user_purge_erases_exemplars_copied_from_their_runs(store) -> None:
+    acme, globex = Registry(store.engine, "acme"), Registry(store.engine, "globex")
+    alice = make_trajectory(cluster="refund", success=True, harness_version=None, task_text="alice's refund")
+    bob = make_trajectory(cluster="refund", success=True, harness_version=None, task_text="bob's refund")
+    alice.tenant_id = bob.tenant_id = "acme"
+    alice.end_user, bob.end_user = "alice", "bob"
+    for t in (alice, bob):
+        store.put_trajectory(t)
+    both = base_harness().model_copy(update={"memory": [exemplar_of(alice.id, "alice"), exemplar_of(bob.id, "bob")]})
+    old = acme.register_harness(both, state=VersionState.active)
+    new = acme.register_harness(both.model_copy(update={"system_prompt": "v2"}), state=VersionState.active)
+    other = globex.register_harness(both, state=VersionState.active)  # same content, another tenant
+    assert acme.get(old.id).state == VersionState.retired
+
+    report = Purger(store, erasers=(exemplar_eraser(store.engine),)).purge(
+        PurgeRequest(tenant_id="acme", end_user="alice"), actor="test"
+    )
+    assert report.trajectories == 1 and report.derived == {"exemplars": 2, "harness_versions": 2}
+    for version in (old.id, new.id):
+        record = acme.get(version)
+        assert [ex.source_trajectory_id for ex in record.harness().memory] == [bob.id]
+        assert "alice" not in record.model_dump_json()
+        assert record.lineage["erased"][0]["exemplars"] == 1
+    assert len(globex.get(other.id).harness().memory) == 2  # the purge named acme
+    assert acme.current(AGENT, VersionKind.harness, VersionState.active).id == new.id  # still served, scrubbed
+    entry = AuditLog(store.engine).query(action=AuditAction.purge)[0]
+    assert entry.details["exemplars"] == 2 and entry.details["harness_versions"] == 2
+
+
+def test_retention_erases_exemplars_of_expired_runs(store) -> None:
+    directory = TenantDirectory(store.engine)
+    directory.create_tenant("acme", retention_days=30)
+    registry = Registry(store.engine, "acme")
+    expired = make_trajectory(cluster="refund", success=True, harness_version=None, task_text="old refund")
+    expired.tenant_id = "acme"
+    expired.started_at = now() - timedelta(days=40)
+    store.put_trajectory(expired)
+    version = registry.register_harness(
+        base_harness().model_copy(update={"memory": [exemplar_of(expired.id, "old refund")]}), state=VersionState.active
+    )
+    job = RetentionJob(store, directory=directory, purger=Purger(store, erasers=(exemplar_eraser(store.engine),)))
+    results = job.run_once()
+    assert [r.trajectories for r in results] == [1]
+    assert registry.get(version.id).harness().memory == []

@@ -36,3 +36,19 @@ def test_an_expired_sqlite_lease_is_taken_over(tmp_path) -> None:
         assert other.acquire() and not LeaderLock(store.engine).acquire()
     finally:
         store.close()
+
+
+def test_a_sqlite_lease_is_renewed_while_a_long_tick_runs(tmp_path) -> None:
+    import threading
+
+    store = Store.open(f"sqlite:///{tmp_path / 'lease.db'}")
+    try:
+        leader = LeaderLock(store.engine, lease_s=3.0)
+        other = LeaderLock(store.engine, lease_s=3.0)
+        assert leader.acquire()
+        done = threading.Event()
+        with leader.kept():  # a tick that lasts several leases
+            taken = [other.acquire() for _ in range(4) if not done.wait(1.2)]  # 4.8 s: past the lease
+        assert len(taken) == 4 and not any(taken)  # nobody took over mid-tick
+    finally:
+        store.close()

@@ -16,6 +16,7 @@ from tests.workloads.mock_openai import MockOpenAI
 from tests.workloads.proxy_helpers import wait_for_store
 
 from evolvable.control import ControlPlane, HarnessRouter, PolicySpec, create_control_router
+from evolvable.governance.tenants import TenantDirectory
 from evolvable.protocol.harness import MemoryExemplar
 from evolvable.protocol.models import ChatMessage
 from evolvable.proxy.app import create_app
@@ -34,7 +35,8 @@ def proxy_with_control(upstream: str, store: Store, tmp_path, router, plane) -> 
         spool_dir=tmp_path / "spool",
         writer_mode="thread",
     )
-    app = create_app(config, store, rewriter=router, routers=[create_control_router(plane, router)])
+    control = create_control_router(plane, router, authenticator=TenantDirectory(store.engine))
+    app = create_app(config, store, rewriter=router, routers=[control])
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
@@ -88,9 +90,11 @@ def test_proxy_applies_the_active_harness_and_records_its_version(tmp_path) -> N
             stored = store.get_trajectory(result.session_id)
             assert stored.harness_version == active.id and stored.policy_version == policy.id
             base = url.removesuffix("/v1")
-            got = httpx.get(f"{base}/v1/agents/support-desk/harness").json()
+            auth = {"Authorization": f"Bearer {TenantDirectory(store.engine).init_admin().key}"}
+            got = httpx.get(f"{base}/v1/agents/support-desk/harness", headers=auth).json()
             assert got["harness_version"] == active.id
-            status = httpx.get(f"{base}/v1/control/status").json()
+            assert httpx.get(f"{base}/v1/control/status").status_code == 401
+            status = httpx.get(f"{base}/v1/control/status", headers=auth).json()
             assert status["support-desk"]["runs"] == 1 and status["support-desk"]["success_rate"] == 1.0
     finally:
         store.close()

@@ -10,6 +10,7 @@ from evolvable.control.api import create_control_router
 from evolvable.control.models import DecisionState, Lever, PolicySpec, VersionState
 from evolvable.control.router import HarnessRouter
 from evolvable.control.runtime import ControlPlane
+from evolvable.governance.tenants import TenantDirectory
 from evolvable.protocol.harness import MemoryExemplar
 from evolvable.protocol.models import ChatMessage
 from evolvable.proxy.hooks import RequestRewriter, RewriteResult, SessionContext
@@ -95,13 +96,17 @@ def test_http_api(store) -> None:
     active, _ = plane.bootstrap(base_harness())
     router = HarnessRouter(store.engine, refresh_interval_s=3600)
     plane.router = router
+    directory = TenantDirectory(store.engine)
+    admin_key = directory.init_admin().key
+    reader_key = directory.issue_key("default", label="reader").key
     app = FastAPI()
-    app.include_router(create_control_router(plane, router, admin_key="sekret"))
-    client = TestClient(app)
+    app.include_router(create_control_router(plane, router, authenticator=directory))
+    client = TestClient(app, headers={"Authorization": f"Bearer {reader_key}"})
     got = client.get(f"/v1/agents/{AGENT}/harness", params={"session": "x"}).json()
     assert got["harness_version"] == active.id and got["harness"]["agent"] == AGENT
     assert client.get("/v1/agents/nobody/harness").status_code == 404
     assert client.get("/v1/control/status").json()[AGENT]["harness"]["active"] == active.id
+    assert client.get("/v1/control/status", headers={"Authorization": ""}).status_code == 401
     cand = plane.registry.register_harness(with_memory())
     decision = plane.journal.record_decision(
         AGENT, Lever.memory, state=DecisionState.awaiting_approval, requires_approval=True
@@ -111,9 +116,9 @@ def test_http_api(store) -> None:
     )
     assert client.get("/v1/control/decisions").json()["data"][0]["id"] == decision.id
     assert client.post(f"/v1/control/decisions/{decision.id}/approve").status_code == 403
-    auth = {"Authorization": "Bearer sekret"}
+    auth = {"Authorization": f"Bearer {admin_key}"}
     approved = client.post(f"/v1/control/decisions/{decision.id}/approve", headers=auth).json()
-    assert approved["state"] == "canary" and approved["approved_by"] == "api"
+    assert approved["state"] == "canary" and approved["approved_by"].startswith("key_")
     rollout_id = approved["rollout_id"]
     promoted = client.post(f"/v1/control/rollouts/{rollout_id}/promote", headers=auth).json()
     assert promoted["state"] == "promoted"
@@ -136,8 +141,10 @@ def test_the_control_router_runs_the_plane_for_the_apps_lifetime(sqlite_store) -
     plane.tick = lambda agent=None: ticks.append(original(agent)) or ticks[-1]  # type: ignore[method-assign]
     router = HarnessRouter(sqlite_store.engine, refresh_interval_s=3600)
     app = FastAPI()
-    app.include_router(create_control_router(plane, router, tick_interval_s=0.05))
-    with TestClient(app) as client:
+    directory = TenantDirectory(sqlite_store.engine)
+    app.include_router(create_control_router(plane, router, authenticator=directory, tick_interval_s=0.05))
+    key = directory.init_admin().key
+    with TestClient(app, headers={"Authorization": f"Bearer {key}"}) as client:
         deadline = time.monotonic() + 20
         while len(ticks) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -25,7 +25,7 @@ def start_stack(store: Store, upstream_url: str, spool_dir: Path, **config: Any)
     gov = Governance.for_store(store, admin_key=ADMIN_KEY)
     router = HarnessRouter(store.engine, refresh_interval_s=3600)
     plane = ControlPlane(store, router=router)
-    control = create_control_router(plane, router, admin_key=ADMIN_KEY, on_action=gov.audit_control_action)
+    control = create_control_router(plane, router, authenticator=gov.directory, on_action=gov.audit_control_action)
     app = create_app(
         make_config(upstream_url, spool_dir, **config),
         store,

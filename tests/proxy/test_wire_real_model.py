@@ -29,7 +29,7 @@ ASK = "Say hello in three words."
 
 @pytest.fixture(scope="module")
 def model_url() -> Iterator[tuple[str, str]]:
-    from evolvable.policy_server.model_loading import load_base_model
+    from evolvable.model_loading import load_base_model
 
     with serve(*load_base_model(), max_batch=4) as served:
         yield f"{served.base_url}/v1", served.engine.model_name

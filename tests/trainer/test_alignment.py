@@ -14,7 +14,7 @@ import openai
 import pytest
 import torch
 
-from evolvable.demo.stack import LocalStack, local_stack
+from evolvable.app.local import LocalStack, local_stack
 from evolvable.protocol.converters.rl_samples import RLSample, trajectory_to_samples
 from evolvable.protocol.models import LLMCallStep, Trajectory
 from evolvable.store import TrajectoryFilter

@@ -9,13 +9,14 @@ from typing import Any
 import typer
 
 DB = typer.Option(None, "--db", help="Database URL (default: the embedded SQLite store).")
+TENANT = typer.Option("default", "--tenant", help="The tenant whose agents, versions and decisions to act on.")
 
 
-def _plane(db: str | None) -> Any:
+def _plane(db: str | None, tenant: str = "default") -> Any:
     from evolvable.control.runtime import ControlPlane
     from evolvable.store import Store
 
-    return ControlPlane(Store.open(db))
+    return ControlPlane(Store.open(db), tenant=tenant)
 
 
 def _console() -> Any:
@@ -30,11 +31,12 @@ def register(app: typer.Typer) -> None:
         db: str | None = DB,
         agent: str | None = typer.Option(None, help="Only this agent."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+        tenant: str = TENANT,
     ) -> None:
         """Active and canary versions per agent, with statistics at a glance."""
         from rich.table import Table
 
-        data = _plane(db).status(agent)
+        data = _plane(db, tenant).status(agent)
         if as_json:
             typer.echo(json.dumps(data, indent=2, default=str))
             return
@@ -61,11 +63,12 @@ def register(app: typer.Typer) -> None:
         agent: str | None = typer.Option(None),
         limit: int = typer.Option(30),
         as_json: bool = typer.Option(False, "--json", help="Print JSON records."),
+        tenant: str = TENANT,
     ) -> None:
         """The decision records: lever, why, candidate, state and the measured verdict."""
         from rich.table import Table
 
-        found = _plane(db).journal.decisions(agent, None, limit)
+        found = _plane(db, tenant).journal.decisions(agent, None, limit)
         if as_json:
             typer.echo(json.dumps([d.model_dump(mode="json") for d in found], indent=2))
             return
@@ -86,21 +89,21 @@ def register(app: typer.Typer) -> None:
     app.add_typer(rollout_app, name="rollout")
 
     @rollout_app.command("promote")
-    def rollout_promote(rollout_id: str, db: str | None = DB) -> None:
+    def rollout_promote(rollout_id: str, db: str | None = DB, tenant: str = TENANT) -> None:
         """Promote a running or paused rollout's candidate to active."""
-        r = _plane(db).promote(rollout_id, actor="cli")
+        r = _plane(db, tenant).promote(rollout_id, actor="cli")
         typer.echo(f"promoted {r.candidate_version} (rollout {r.id})")
 
     @rollout_app.command("rollback")
-    def rollout_rollback(rollout_id: str, db: str | None = DB) -> None:
+    def rollout_rollback(rollout_id: str, db: str | None = DB, tenant: str = TENANT) -> None:
         """Roll back a rollout: reject its candidate, or restore the baseline if it was promoted."""
-        r = _plane(db).rollback(rollout_id, actor="cli")
+        r = _plane(db, tenant).rollback(rollout_id, actor="cli")
         typer.echo(f"rolled back {r.candidate_version} (rollout {r.id}); serving {r.baseline_version}")
 
     @app.command()
-    def approve(decision_id: str, db: str | None = DB) -> None:
+    def approve(decision_id: str, db: str | None = DB, tenant: str = TENANT) -> None:
         """Approve a gated candidate that waits for a human (high-blast-radius levers)."""
-        d = _plane(db).approve(decision_id, actor="cli")
+        d = _plane(db, tenant).approve(decision_id, actor="cli")
         typer.echo(f"approved {d.id}: {d.state.value} ({d.candidate_version})")
 
     harness_app = typer.Typer(help="Show and compare harness versions.", no_args_is_help=True)
@@ -111,9 +114,10 @@ def register(app: typer.Typer) -> None:
         agent: str,
         version: str = typer.Argument("active", help="Version id, prefix, active or canary."),
         db: str | None = DB,
+        tenant: str = TENANT,
     ) -> None:
         """Print a harness version as JSON (with its state and lineage)."""
-        plane = _plane(db)
+        plane = _plane(db, tenant)
         record = plane.registry.resolve(agent, version)
         lineage = [f"{v.id} ({v.state.value})" for v in plane.registry.lineage(record.id)]
         typer.echo(
@@ -136,18 +140,22 @@ def register(app: typer.Typer) -> None:
         b: str = typer.Argument("active"),
         db: str | None = DB,
         as_json: bool = typer.Option(False, "--json"),
+        tenant: str = TENANT,
     ) -> None:
         """Per-component difference between two harness versions (prompt, skills, memory, tools)."""
         from evolvable.control.registry import diff_harnesses, render_diff
 
-        plane = _plane(db)
+        plane = _plane(db, tenant)
         va, vb = plane.registry.resolve(agent, a), plane.registry.resolve(agent, b)
         diff = diff_harnesses(va.harness(), vb.harness())
         typer.echo(json.dumps(diff, indent=2) if as_json else f"{va.id} -> {vb.id}\n" + render_diff(diff))
 
     @harness_app.command("register")
     def harness_register(
-        file: Path, db: str | None = DB, activate: bool = typer.Option(False, help="Make it the active version now.")
+        file: Path,
+        db: str | None = DB,
+        activate: bool = typer.Option(False, help="Make it the active version now."),
+        tenant: str = TENANT,
     ) -> None:
         """Register a harness JSON file as a candidate (or active) version."""
         from evolvable.control.models import VersionState
@@ -159,13 +167,13 @@ def register(app: typer.Typer) -> None:
         except (OSError, ValueError) as err:
             raise ControlError(f"cannot read harness {file}: {err}") from None
         state = VersionState.active if activate else VersionState.candidate
-        record = _plane(db).registry.register_harness(harness, state=state, note=f"from {file.name}")
+        record = _plane(db, tenant).registry.register_harness(harness, state=state, note=f"from {file.name}")
         typer.echo(f"{record.id} ({record.state.value})")
 
     @harness_app.command("restore")
-    def harness_restore(agent: str, version: str, db: str | None = DB) -> None:
+    def harness_restore(agent: str, version: str, db: str | None = DB, tenant: str = TENANT) -> None:
         """Make an earlier version active again in one step."""
-        plane = _plane(db)
+        plane = _plane(db, tenant)
         record = plane.registry.resolve(agent, version)
         plane.registry.restore(record.id, actor="cli")
         typer.echo(f"{record.id} is active")

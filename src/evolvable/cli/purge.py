@@ -23,8 +23,7 @@ def purge(
 
     A running proxy holds its spool: purge through its API (POST /v1/admin/purge) instead."""
     from evolvable.cli._console import console, err_console
-    from evolvable.control.erasure import WeightsErasure
-    from evolvable.control.registry import Registry
+    from evolvable.control.erasure import control_erasers
     from evolvable.errors import EvolvableError
     from evolvable.governance.purge import Purger, PurgeRequest
     from evolvable.proxy.spool_purger import offline_spool_purger
@@ -40,8 +39,7 @@ def purge(
     spool_dir = spool if spool is not None else get_settings().home / "spool"
     try:
         store = Store.open(db)
-        erasure = WeightsErasure(Registry(store.engine))
-        purger = Purger(store, spool_purger=offline_spool_purger(spool_dir), dependents=erasure)
+        purger = Purger(store, spool_purger=offline_spool_purger(spool_dir), erasers=control_erasers(store.engine))
         report = purger.purge(request, actor="cli")
     except EvolvableError as err:
         err_console.print(f"[bold red]error:[/] {err}", highlight=False)
@@ -53,8 +51,12 @@ def purge(
     table.add_row("dataset items", str(report.dataset_items))
     table.add_row("datasets invalidated", str(report.datasets_invalidated))
     table.add_row("spool records", "no spool found" if report.spool_records is None else str(report.spool_records))
-    for item in report.dependents:
-        table.add_row(f"adapter {item['policy_version']} ({item['agent']})", item["action"])
+    for kind, found in report.derived.items():
+        if isinstance(found, list):
+            for item in found:
+                table.add_row(f"adapter {item['policy_version']} ({item['agent']})", item["action"])
+        else:
+            table.add_row(kind.replace("_", " "), str(found))
     console.print(table)
 
 

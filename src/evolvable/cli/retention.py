@@ -22,7 +22,9 @@ def run(
     from rich.table import Table
 
     from evolvable.cli._console import console, err_console
+    from evolvable.control.erasure import control_erasers
     from evolvable.errors import EvolvableError
+    from evolvable.governance.purge import Purger
     from evolvable.governance.retention import RetentionJob
     from evolvable.store import Store
 
@@ -34,7 +36,9 @@ def run(
             err_console.print(f"[bold red]error:[/] --now must be an ISO date or time, got {now!r}")
             raise typer.Exit(2) from None
     try:
-        results = RetentionJob(Store.open(db)).run_once(moment, actor="cli")
+        store = Store.open(db)
+        purger = Purger(store, erasers=control_erasers(store.engine))
+        results = RetentionJob(store, purger=purger).run_once(moment, actor="cli")
     except EvolvableError as err:
         err_console.print(f"[bold red]error:[/] {err}", highlight=False)
         raise typer.Exit(2) from None

@@ -1,37 +1,35 @@
-"""`evolvable serve`: the data proxy in front of any OpenAI-compatible server."""
+"""`evolvable serve`: the proxy, governance and the control plane, built from one configuration.
+
+`--config evolvable.yaml` describes everything (docs/control_plane.md); the flags override it or,
+without a file, describe a one-upstream deployment.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 import typer
-
-if TYPE_CHECKING:
-    from fastapi import FastAPI
-
-    from evolvable.proxy.config import ProxyConfig
-    from evolvable.store import Store
 
 
 def serve(
     upstream: str | None = typer.Option(None, "--upstream", help="Base URL of an OpenAI-compatible server."),
-    db: str | None = typer.Option(None, "--db", help="Database URL (default: EVOLVABLE_DB, else the embedded SQLite)."),
-    host: str = typer.Option("127.0.0.1", "--host"),
-    port: int = typer.Option(8400, "--port"),
-    config: Path | None = typer.Option(None, "--config", help="YAML or TOML proxy config (upstreams, model aliases)."),
+    db: str | None = typer.Option(None, "--db", help="Database URL (default: the config's, else EVOLVABLE_DB)."),
+    host: str | None = typer.Option(None, "--host", help="Default: the config's, else 127.0.0.1."),
+    port: int | None = typer.Option(None, "--port", help="Default: the config's, else 8400."),
+    config: Path | None = typer.Option(None, "--config", help="evolvable.yaml / .toml: the whole deployment."),
     spool_dir: Path | None = typer.Option(
         None, "--spool-dir", help="Capture spool directory (default: under EVOLVABLE_HOME)."
     ),
-    log_level: str = typer.Option("warning", "--log-level"),
-    governance: bool = typer.Option(
-        True, "--governance/--no-governance", help="Redaction, tenants and keys, audit, retention (default on)."
+    log_level: str | None = typer.Option(None, "--log-level"),
+    governance: bool | None = typer.Option(
+        None, "--governance/--no-governance", help="Redaction, tenants and keys, audit, retention (default on)."
     ),
-    control: bool = typer.Option(
-        True, "--control/--no-control", help="Apply registered harnesses and route policy versions (default on)."
+    control: bool | None = typer.Option(
+        None, "--control/--no-control", help="Apply registered harnesses and route policy versions (default on)."
     ),
-    control_interval: float = typer.Option(
-        60.0, "--control-interval", help="Seconds between control-plane cycles; 0 serves versions but never evolves."
+    control_interval: float | None = typer.Option(
+        None, "--control-interval", help="Seconds between control-plane cycles; 0 serves versions but never evolves."
     ),
     otlp_export: str | None = typer.Option(
         None, "--otlp-export", help="Send trajectories as they end to this OTLP/HTTP endpoint (GenAI spans)."
@@ -42,86 +40,66 @@ def serve(
 
     import uvicorn
 
-    from evolvable.proxy.app import create_app
-    from evolvable.proxy.config import ConfigError, ProxyConfig, UpstreamConfig, load_config
-    from evolvable.settings import env_value, get_settings
-    from evolvable.store import Store
+    from evolvable.app import build_stack
 
-    settings = get_settings()
-    cfg = load_config(config) if config is not None else ProxyConfig()
-    if upstream is not None:
-        cfg.upstreams.insert(0, UpstreamConfig(name="default", base_url=upstream))
-        cfg.default_upstream = cfg.default_upstream or "default"
-    cfg.spool_dir = spool_dir or cfg.spool_dir or settings.home / "spool"
-    for up in cfg.upstreams:
-        if up.api_key_env:
-            up.api_key = env_value(up.api_key_env)
-            if up.api_key is None:
-                raise ConfigError(f"upstream {up.name!r}: environment variable {up.api_key_env} is not set")
-    cfg.validate()
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    store = Store.open(db)
-    routers: list = []
-    governor = authenticator = rewriter = gov = plane = None
-    if governance:
-        from evolvable.governance import Governance
-
-        gov = Governance.for_store(store)
-        governor, authenticator, routers = gov.governor, gov.authenticator, list(gov.routers)
-    if control:
-        from evolvable.control.api import create_control_router
-        from evolvable.control.router import HarnessRouter
-        from evolvable.control.runtime import ControlPlane
-
-        rewriter = HarnessRouter(store.engine)
-        plane = ControlPlane(store, router=rewriter)
-        routers.append(
-            create_control_router(
-                plane,
-                rewriter,
-                admin_key=settings.admin_key,
-                tick_interval_s=control_interval or None,
-                on_action=gov.audit_control_action if gov is not None else None,
-            )
-        )
-    app = create_app(cfg, store, governor=governor, authenticator=authenticator, rewriter=rewriter, routers=routers)
-    from evolvable.dashboard import install_dashboard
-
-    install_dashboard(app, plane=plane)
-    if gov is not None:
-        gov.install(app)
-    export_url = otlp_export or cfg.otlp_export_url
-    if export_url:
-        _export_continuously(app, store, cfg, export_url)
-    try:
+    cfg = _configuration(config)
+    overrides: dict[str, Any] = {"db": db, "host": host, "port": port, "log_level": log_level}
+    overrides |= {"governance": governance, "control": control, "control_interval": control_interval}
+    apply_overrides(cfg, upstream=upstream, spool_dir=spool_dir, otlp_export=otlp_export, **overrides)
+    logging.basicConfig(level=cfg.server.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    with build_stack(cfg) as stack:
         uvicorn.run(
-            app,
-            host=host,
-            port=port,
+            stack.app,
+            host=cfg.server.host,
+            port=cfg.server.port,
             loop="uvloop",
             http="httptools",
-            log_level=log_level,
+            log_level=cfg.server.log_level,
             access_log=False,
             proxy_headers=False,
         )
-    finally:
-        store.close()
 
 
-def _export_continuously(app: FastAPI, store: Store, cfg: ProxyConfig, url: str) -> None:
-    """OTLP out as runs end; headers come from OTEL_EXPORTER_OTLP_(TRACES_)HEADERS (read by the SDK)."""
-    from evolvable.proxy.otlp_export import BackgroundExport, install_background_export, otlp_exporter
+def _configuration(path: Path | None) -> Any:
+    from evolvable.app import EvolvableConfig, load_config
 
-    assert cfg.spool_dir is not None  # set above, before the app was made
-    checkpoint = cfg.spool_dir / "otlp_export.json"
-    export = BackgroundExport(
-        store,
-        otlp_exporter(url),
-        checkpoint,
-        interval_s=cfg.otlp_export_interval_s,
-        settle_s=cfg.otlp_export_settle_s,
-    )
-    install_background_export(app, export)
+    return load_config(path) if path is not None else EvolvableConfig()
+
+
+def apply_overrides(
+    cfg: Any,
+    *,
+    upstream: str | None = None,
+    spool_dir: Path | None = None,
+    db: str | None = None,
+    host: str | None = None,
+    port: int | None = None,
+    log_level: str | None = None,
+    governance: bool | None = None,
+    control: bool | None = None,
+    control_interval: float | None = None,
+    otlp_export: str | None = None,
+) -> None:
+    """Command-line flags win over the file."""
+    if upstream is not None:
+        cfg.proxy.setdefault("upstreams", []).insert(0, {"name": "default", "base_url": upstream})
+        cfg.proxy.setdefault("default_upstream", "default")
+    if spool_dir is not None:
+        cfg.proxy["spool_dir"] = str(spool_dir)
+    if otlp_export is not None:
+        cfg.proxy["otlp_export_url"] = otlp_export
+    if db is not None:
+        cfg.store.url = db
+    for section, key, value in (
+        (cfg.server, "host", host),
+        (cfg.server, "port", port),
+        (cfg.server, "log_level", log_level),
+        (cfg.governance, "enabled", governance),
+        (cfg.control, "enabled", control),
+        (cfg.control, "tick_interval_s", control_interval),
+    ):
+        if value is not None:
+            setattr(section, key, value)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,24 +1,17 @@
 """The control plane over HTTP, mounted into the proxy with `create_app(..., routers=[...])`.
 
     GET  /v1/agents/{name}/harness                 the harness an agent should apply (sticky per session)
+    POST /v1/agents/{name}/harness                 register a harness version (admin; ?activate=true)
     GET  /v1/control/status                        active and canary versions, statistics at a glance
-    GET  /v1/control/decisions                     decision records with lever, state and verdict
-    POST /v1/control/rollouts/{id}/promote|rollback
-    POST /v1/control/decisions/{id}/approve
+    GET  /v1/control/decisions[/{id}]              decision records with lever, state and verdict
+    GET  /v1/control/rollouts/{id}
+    POST /v1/control/rollouts/{id}/promote|rollback   (admin)
+    POST /v1/control/decisions/{id}/approve            (admin)
+    POST /v1/control/tick                              (admin) one control cycle now, if this replica leads
 
-`create_control_router(..., tick_interval_s=30)` also runs `ControlPlane.run_background` for the
-app's lifetime, which is how `evolvable serve` hosts the control plane:
-
-    router = HarnessRouter(store.engine)
-    plane = ControlPlane(store, router=router)
-    app = create_app(config, store, rewriter=router,
-                     routers=[create_control_router(plane, router, admin_key=key, tick_interval_s=30)])
-
-Mounted on the proxy, every route needs a key the proxy's authenticator accepts (401 otherwise); a
-tenant key sees only agents whose recorded runs are all its tenant's (`store.tenancy`). Mutating
-endpoints need an admin key: `admin_key`, or any key the authenticator marks admin; without either
-configured (a local, keyless proxy) they are open. `on_action(actor, action, target)` is called after
-each successful mutation (`evolvable serve` writes it to the audit log).
+Every route needs a key (`Authorization: Bearer ...`); a tenant key sees its own tenant only and
+another tenant's objects are 404 (control/access.py). `create_control_router(..., tick_interval_s=30)`
+also runs the control planes in the background for the app's lifetime (one leader across replicas).
 """
 
 from __future__ import annotations
@@ -28,41 +21,53 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from fastapi import APIRouter, Header, Request
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter, Depends, Request
+from pydantic import ValidationError
 
+from evolvable.control.access import Access, ErrorShapedRoute, access_dependency, not_found
+from evolvable.control.journal import Journal
 from evolvable.control.models import VersionKind, VersionState
 from evolvable.control.router import HarnessRouter
 from evolvable.control.runtime import ControlPlane
+from evolvable.control.tenancy import ControlPlanes
 from evolvable.errors import ControlError, NotFound
-from evolvable.proxy.hooks import Principal
-from evolvable.store.tenancy import agents_owned_by
-
-_LOCAL = Principal(is_admin=True)
-"""The caller when the router is mounted without a proxy (embedded use, tests): trusted as before."""
+from evolvable.protocol.harness import Harness
+from evolvable.proxy.errors import APIError
+from evolvable.proxy.hooks import Authenticator
 
 
-def _error(status: int, message: str, code: str) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": "invalid_request_error", "code": code}}, status)
+async def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run a blocking control call off the event loop; its errors become 404 / 409 in the API's shape."""
+    try:
+        result = await asyncio.to_thread(fn, *args, **kwargs)
+    except NotFound as err:
+        raise not_found(str(err)) from None
+    except ControlError as err:
+        raise APIError(409, str(err), "invalid_request_error", "conflict") from None
+    return result.model_dump(mode="json") if hasattr(result, "model_dump") else result
 
 
 def create_control_router(
-    plane: ControlPlane,
+    planes: ControlPlanes | ControlPlane,
     harness_router: HarnessRouter | None = None,
     *,
-    admin_key: str | None = None,
+    authenticator: Authenticator,
     tick_interval_s: float | None = None,
     on_action: Callable[[str, str, str], None] | None = None,
 ) -> APIRouter:
-    """The control API. With `tick_interval_s`, the app's lifespan also runs the control plane in the
-    background (one leader across replicas) and keeps the harness router's snapshot fresh."""
+    """The control API, authenticated by `authenticator` (governance's key directory). With `tick_interval_s`,
+    the app's lifespan also ticks the control planes in the background and keeps the router's snapshot fresh.
+    `on_action(actor, action, target)` is called after each successful promote, rollback or approve
+    (`evolvable serve` writes it to the audit log)."""
+    if isinstance(planes, ControlPlane):
+        planes = ControlPlanes.single(planes)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Any) -> AsyncIterator[None]:
         if harness_router is not None:
             await asyncio.to_thread(harness_router.start)
         stop = asyncio.Event()
-        task = asyncio.create_task(plane.run_background(tick_interval_s, stop)) if tick_interval_s else None
+        task = asyncio.create_task(planes.run_background(tick_interval_s, stop)) if tick_interval_s else None
         try:
             yield
         finally:
@@ -73,105 +78,101 @@ def create_control_router(
             if harness_router is not None:
                 harness_router.stop()
 
-    api = APIRouter(lifespan=lifespan)
+    api = APIRouter(lifespan=lifespan, route_class=ErrorShapedRoute)
+    caller = Depends(access_dependency(authenticator))
 
-    async def caller(request: Request) -> tuple[Principal | None, bool]:
-        """(principal, keys required): None is an unknown key; without a proxy every caller is trusted."""
-        runtime = getattr(request.app.state, "proxy", None)
-        if runtime is None:
-            return _LOCAL, False
-        auth = request.headers.get("authorization", "")
-        bearer = auth[7:].strip() if auth[:7].lower() == "bearer " else None
-        principal = await runtime.authenticate(bearer)
-        if runtime.authenticator_is_open:
-            return Principal(tenant_id=principal.tenant_id if principal else "default", is_admin=True), False
-        return principal, await runtime.authenticate(None) is None
+    def owner(kind: str, object_id: str, access: Access) -> ControlPlane:
+        """The plane of the tenant that owns a decision or rollout, if the caller may see it; else 404."""
+        every_tenant = Journal(planes.plane(access.tenant).store.engine, tenant=None)
+        try:
+            record = every_tenant.decision(object_id) if kind == "decision" else every_tenant.rollout(object_id)
+        except NotFound:
+            raise not_found(f"no {kind} {object_id!r}") from None
+        if not access.can_read(record.tenant):
+            raise not_found(f"no {kind} {object_id!r}")
+        return planes.plane(record.tenant)
 
-    async def visible(request: Request, agent: str | None) -> tuple[JSONResponse | None, set[str] | None]:
-        """(error, agents the caller may see; None = all)."""
-        principal, _ = await caller(request)
-        if principal is None:
-            return _error(401, "missing or invalid API key", "invalid_api_key"), None
-        if principal.is_admin:
-            return None, None
-        owned = await asyncio.to_thread(agents_owned_by, plane.store.engine, principal.tenant_id)
-        if agent is not None and agent not in owned:
-            return _error(404, f"no agent {agent!r}", "not_found"), None
-        return None, owned
-
-    async def forbidden(request: Request, authorization: str | None) -> tuple[JSONResponse | None, str]:
-        """(refusal, actor) for a mutating call."""
-        principal, keys_required = await caller(request)
-        if admin_key is not None and authorization == f"Bearer {admin_key}":
-            return None, (principal.key_id if principal is not None and principal.key_id else "api")
-        if principal is not None and principal.is_admin and (keys_required or admin_key is None):
-            return None, principal.key_id or "api"
-        if admin_key is None and not keys_required and principal is not None:
-            return None, "api"
-        if principal is None and keys_required:
-            return _error(401, "missing or invalid API key", "invalid_api_key"), ""
-        return _error(403, "this action needs the admin key", "forbidden"), ""
-
-    async def act(fn: Any, target: str, action: str, actor: str) -> Any:
-        result = await guarded(fn, target, actor=actor)
-        if on_action is not None and not isinstance(result, JSONResponse):
-            await asyncio.to_thread(on_action, actor, action, target)
+    async def acted(result: Any, access: Access, action: str, target: str) -> Any:
+        if on_action is not None:
+            await asyncio.to_thread(on_action, access.actor, action, target)
         return result
 
-    async def guarded(fn: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            result = await asyncio.to_thread(fn, *args, **kwargs)
-        except NotFound as err:
-            return _error(404, str(err), "not_found")
-        except ControlError as err:
-            return _error(409, str(err), "conflict")
-        return result.model_dump(mode="json") if hasattr(result, "model_dump") else result
-
     @api.get("/v1/agents/{name}/harness")
-    async def get_harness(name: str, request: Request, session: str | None = None) -> Any:
-        refused, _ = await visible(request, name)
-        if refused is not None:
-            return refused
+    async def get_harness(
+        name: str, session: str | None = None, tenant: str | None = None, access: Access = caller
+    ) -> Any:
+        scope = access.tenant_for(tenant)
         if harness_router is not None:
-            harness, version = harness_router.harness_for(name, session)
+            harness, version = harness_router.harness_for(name, session, scope)
         else:
-            record = plane.registry.current(name, VersionKind.harness, VersionState.active)
+            record = planes.plane(scope).registry.current(name, VersionKind.harness, VersionState.active)
             harness, version = (record.harness(), record.id) if record else (None, None)
         if harness is None:
-            return _error(404, f"agent {name!r} has no active harness", "not_found")
-        return {"agent": name, "harness_version": version, "harness": harness.model_dump(mode="json")}
+            raise not_found(f"agent {name!r} has no active harness")
+        return {"agent": name, "tenant": scope, "harness_version": version, "harness": harness.model_dump(mode="json")}
+
+    @api.post("/v1/agents/{name}/harness")
+    async def register_harness(
+        name: str, request: Request, activate: bool = False, tenant: str | None = None, access: Access = caller
+    ) -> Any:
+        scope = access.tenant_for(tenant)
+        access.require_write(scope)
+        try:
+            harness = Harness.model_validate_json(await request.body())
+        except ValidationError as err:
+            raise APIError(400, f"invalid harness: {err.errors()[0]['msg']}", "invalid_request_error") from None
+        if harness.agent != name:
+            raise APIError(400, f"harness is for agent {harness.agent!r}, not {name!r}", "invalid_request_error")
+        state = VersionState.active if activate else VersionState.candidate
+        registry = planes.plane(scope).registry
+        record = await _call(registry.register_harness, harness, state=state, note="api", created_by=access.actor)
+        if harness_router is not None:
+            await asyncio.to_thread(harness_router.refresh)
+        return record
 
     @api.get("/v1/control/status")
-    async def status(request: Request, agent: str | None = None) -> Any:
-        refused, agents = await visible(request, agent)
-        if refused is not None:
-            return refused
-        found = await guarded(plane.status, agent)
-        if agents is None or isinstance(found, JSONResponse):
-            return found
-        return {name: value for name, value in found.items() if name in agents}
+    async def status(agent: str | None = None, tenant: str | None = None, access: Access = caller) -> Any:
+        return await _call(planes.plane(access.tenant_for(tenant)).status, agent)
 
     @api.get("/v1/control/decisions")
-    async def decisions(request: Request, agent: str | None = None, limit: int = 50) -> Any:
-        refused, agents = await visible(request, agent)
-        if refused is not None:
-            return refused
-        found = await asyncio.to_thread(plane.journal.decisions, agent, None, max(1, min(limit, 500)))
-        return {"data": [d.model_dump(mode="json") for d in found if agents is None or d.agent in agents]}
+    async def decisions(
+        agent: str | None = None, tenant: str | None = None, limit: int = 50, access: Access = caller
+    ) -> Any:
+        journal = planes.plane(access.tenant_for(tenant)).journal
+        found = await asyncio.to_thread(journal.decisions, agent, None, max(1, min(limit, 500)))
+        return {"data": [d.model_dump(mode="json") for d in found]}
+
+    @api.get("/v1/control/decisions/{decision_id}")
+    async def decision(decision_id: str, access: Access = caller) -> Any:
+        return await _call(owner("decision", decision_id, access).journal.decision, decision_id)
+
+    @api.get("/v1/control/rollouts/{rollout_id}")
+    async def rollout(rollout_id: str, access: Access = caller) -> Any:
+        return await _call(owner("rollout", rollout_id, access).journal.rollout, rollout_id)
 
     @api.post("/v1/control/rollouts/{rollout_id}/promote")
-    async def promote(rollout_id: str, request: Request, authorization: str | None = Header(None)) -> Any:
-        refused, actor = await forbidden(request, authorization)
-        return refused or await act(plane.promote, rollout_id, "promote", actor)
+    async def promote(rollout_id: str, access: Access = caller) -> Any:
+        plane = owner("rollout", rollout_id, access)
+        access.require_write(plane.tenant)
+        return await acted(await _call(plane.promote, rollout_id, actor=access.actor), access, "promote", rollout_id)
 
     @api.post("/v1/control/rollouts/{rollout_id}/rollback")
-    async def rollback(rollout_id: str, request: Request, authorization: str | None = Header(None)) -> Any:
-        refused, actor = await forbidden(request, authorization)
-        return refused or await act(plane.rollback, rollout_id, "rollback", actor)
+    async def rollback(rollout_id: str, access: Access = caller) -> Any:
+        plane = owner("rollout", rollout_id, access)
+        access.require_write(plane.tenant)
+        return await acted(await _call(plane.rollback, rollout_id, actor=access.actor), access, "rollback", rollout_id)
 
     @api.post("/v1/control/decisions/{decision_id}/approve")
-    async def approve(decision_id: str, request: Request, authorization: str | None = Header(None)) -> Any:
-        refused, actor = await forbidden(request, authorization)
-        return refused or await act(plane.approve, decision_id, "approve", actor)
+    async def approve(decision_id: str, access: Access = caller) -> Any:
+        plane = owner("decision", decision_id, access)
+        access.require_write(plane.tenant)
+        return await acted(await _call(plane.approve, decision_id, actor=access.actor), access, "approve", decision_id)
+
+    @api.post("/v1/control/tick")
+    async def tick(tenant: str | None = None, agent: str | None = None, access: Access = caller) -> Any:
+        scope = access.tenant_for(tenant) if tenant or not access.operator else None
+        access.require_write(scope or access.tenant)
+        report = await asyncio.to_thread(planes.tick, scope, agent)
+        return {"leader": report.leader, "actions": report.actions, "decisions": report.decisions}
 
     return api

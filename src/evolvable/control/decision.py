@@ -91,8 +91,8 @@ def _rates(stats: AgentStatistics, clusters: list[str]) -> str:
 
 def _cooling(ctx: DecisionContext, proposal: Proposal, cfg: DecisionConfig) -> bool:
     for d in ctx.recent[: cfg.cooldown]:
-        if d.evidence.get("target_key") != proposal.target_key:
-            continue
+        if d.evidence.get("target_key") != proposal.target_key or "interrupted" in d.gates:
+            continue  # a decision cut off by a dying leader failed on no merit: it is redone, not cooled
         if d.state in UNSUCCESSFUL or d.verdict in (Verdict.ineffective, Verdict.harmful):
             return True
         if d.state in (DecisionState.unavailable, DecisionState.awaiting_approval, DecisionState.paused):

@@ -1,20 +1,35 @@
-"""Erasure reaches weights: an adapter trained on trajectories that a purge removed is flagged, listed in
-the purge report, and — by the tenant's policy — retired (its parent version serves again) or kept
-flagged for retraining (the next weights job cannot see the purged runs: they are gone from the store).
+"""Purge and retention reach the control plane: what was built from erased runs is erased or flagged.
 
-Governance's `Purger` knows nothing of the registry; it calls `WeightsErasure` with the ids of the
-trajectories it removed (the composition root wires the two).
+- `exemplar_eraser(engine)`: exemplars copied from erased runs leave every harness version (the
+  harness router serves the scrubbed versions from its next refresh).
+- `WeightsErasure(registry)`: an adapter trained on erased runs is listed in the purge report and the
+  audit log and, by the tenant's policy, retired (its parent version serves again; a canary or
+  candidate is rejected) or flagged for retraining (the next weights job cannot see the purged runs:
+  they are gone from the store).
+
+Both are governance `DerivedEraser`s: the composition root hands them to the purger (API, CLI and
+retention all use them); governance never imports the control plane.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from sqlalchemy.engine import Engine
+
 from evolvable.control.models import VersionKind, VersionRecord, VersionState
 from evolvable.control.registry import Registry
+
+
+def exemplar_eraser(engine: Engine) -> Callable[[str | None, set[str], str], dict[str, int]]:
+    def erase(tenant_id: str | None, trajectory_ids: set[str], reason: str) -> dict[str, int]:
+        return Registry(engine, tenant=tenant_id).erase_exemplars(trajectory_ids, reason=reason)
+
+    return erase
+
 
 ErasurePolicy = Literal["retire", "retrain"]
 SERVING = (VersionState.active, VersionState.canary, VersionState.candidate)
@@ -38,23 +53,21 @@ class WeightsErasure:
     policy: ErasurePolicy = "retire"
     tenant_policies: Mapping[str, ErasurePolicy] = field(default_factory=dict)
     """Per-tenant choice; tenants not listed get `policy`."""
-    tenant_of: Callable[[VersionRecord], str | None] = lambda record: None
 
-    def __call__(self, purged_ids: Iterable[str]) -> list[dict[str, Any]]:
-        """Flag (and by policy retire) every serving adapter that learnt from a purged trajectory."""
-        purged = set(purged_ids)
-        if not purged:
-            return []
+    def __call__(self, tenant_id: str | None, purged_ids: set[str], reason: str) -> dict[str, Any]:
+        """A governance `DerivedEraser`: flag (and by policy retire) every serving adapter that learnt from
+        a purged trajectory; the purge report lists them under `adapters`."""
+        if not purged_ids:
+            return {}
         affected = []
         for record in self.registry.versions(kind=VersionKind.policy, states=list(SERVING)):
-            hits = trained_on(record) & purged
+            hits = trained_on(record) & purged_ids
             if hits:
                 affected.append(self._act(record, len(hits)))
-        return affected
+        return {"adapters": affected} if affected else {}
 
     def _act(self, record: VersionRecord, hits: int) -> dict[str, Any]:
-        tenant = self.tenant_of(record)
-        policy = self.tenant_policies.get(tenant or "", self.policy)
+        policy = self.tenant_policies.get(record.tenant or "", self.policy)
         reason = f"trained on {hits} purged trajectories"
         action = "flagged for retraining"
         if policy == "retire":
@@ -70,3 +83,8 @@ class WeightsErasure:
             return "flagged: active with no earlier version to restore; retrain or roll back by hand"
         self.registry.restore(parent, reason=f"{record.id} {reason}", actor="erasure")
         return f"retired; {parent} restored"
+
+
+def control_erasers(engine: Engine, weights_policy: ErasurePolicy = "retire") -> tuple[Any, ...]:
+    """Everything the control plane builds from runs, as erasers for governance's purger."""
+    return (exemplar_eraser(engine), WeightsErasure(Registry(engine, tenant=None), policy=weights_policy))

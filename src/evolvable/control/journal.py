@@ -17,7 +17,7 @@ from evolvable.control.models import (
     Verdict,
     VersionKind,
 )
-from evolvable.control.registry import now, utc, write_transaction
+from evolvable.control.registry import DEFAULT_TENANT, now, utc, write_transaction
 from evolvable.errors import NotFound
 from evolvable.protocol.models import new_id
 from evolvable.store.tables.registry import control_decisions, control_rollouts
@@ -32,6 +32,7 @@ def _decision(row: Any) -> Decision:
     return Decision(
         id=row.id,
         agent=row.agent,
+        tenant=row.tenant,
         lever=Lever(row.lever),
         state=DecisionState(row.state),
         rationale=row.rationale or "",
@@ -55,6 +56,7 @@ def _rollout(row: Any) -> Rollout:
     return Rollout(
         id=row.id,
         agent=row.agent,
+        tenant=row.tenant,
         kind=VersionKind(row.kind),
         decision_id=row.decision_id,
         candidate_version=row.candidate_version,
@@ -69,8 +71,14 @@ def _rollout(row: Any) -> Rollout:
 
 
 class Journal:
-    def __init__(self, engine: Engine) -> None:
+    """Decisions and rollouts of one tenant (`tenant=None` reads every tenant, as the harness router does)."""
+
+    def __init__(self, engine: Engine, tenant: str | None = DEFAULT_TENANT) -> None:
         self.engine = engine
+        self.tenant = tenant
+
+    def _scoped(self, q: Any, table: sa.Table) -> Any:
+        return q if self.tenant is None else q.where(table.c.tenant == self.tenant)
 
     # ------------------------------------------------------------------ decisions
 
@@ -93,6 +101,7 @@ class Journal:
                 control_decisions.insert().values(
                     id=decision_id,
                     agent=agent,
+                    tenant=self.tenant or DEFAULT_TENANT,
                     lever=lever.value,
                     state=state.value,
                     rationale=rationale,
@@ -111,9 +120,9 @@ class Journal:
         clean = {k: (v.value if hasattr(v, "value") else jsonable(v)) for k, v in values.items()}
         with write_transaction(self.engine) as conn:
             result = conn.execute(
-                control_decisions.update()
-                .where(control_decisions.c.id == decision_id)
-                .values(**clean, updated_at=now())
+                self._scoped(
+                    control_decisions.update().where(control_decisions.c.id == decision_id), control_decisions
+                ).values(**clean, updated_at=now())
             )
             if result.rowcount == 0:
                 raise NotFound(f"no decision {decision_id!r}")
@@ -122,7 +131,10 @@ class Journal:
     def decision(self, decision_id: str) -> Decision:
         with self.engine.connect() as conn:
             rows = conn.execute(
-                sa.select(control_decisions).where(control_decisions.c.id.like(f"{decision_id}%"))
+                self._scoped(
+                    sa.select(control_decisions).where(control_decisions.c.id.like(f"{decision_id}%")),
+                    control_decisions,
+                )
             ).all()
         if len(rows) != 1:
             raise NotFound(f"no decision {decision_id!r}" if not rows else f"{decision_id!r} is ambiguous")
@@ -131,7 +143,9 @@ class Journal:
     def decisions(
         self, agent: str | None = None, states: list[DecisionState] | None = None, limit: int = 200
     ) -> list[Decision]:
-        q = sa.select(control_decisions).order_by(control_decisions.c.created_at.desc()).limit(limit)
+        q = self._scoped(
+            sa.select(control_decisions).order_by(control_decisions.c.created_at.desc()).limit(limit), control_decisions
+        )
         if agent:
             q = q.where(control_decisions.c.agent == agent)
         if states:
@@ -156,6 +170,7 @@ class Journal:
                 control_rollouts.insert().values(
                     id=rollout_id,
                     agent=agent,
+                    tenant=self.tenant or DEFAULT_TENANT,
                     kind=kind.value,
                     decision_id=decision_id,
                     candidate_version=candidate_version,
@@ -173,11 +188,14 @@ class Journal:
         """A rollout by id or id prefix; a decision id finds that decision's rollout."""
         with self.engine.connect() as conn:
             rows = conn.execute(
-                sa.select(control_rollouts).where(
-                    sa.or_(
-                        control_rollouts.c.id.like(f"{rollout_id}%"),
-                        control_rollouts.c.decision_id == rollout_id,
-                    )
+                self._scoped(
+                    sa.select(control_rollouts).where(
+                        sa.or_(
+                            control_rollouts.c.id.like(f"{rollout_id}%"),
+                            control_rollouts.c.decision_id == rollout_id,
+                        )
+                    ),
+                    control_rollouts,
                 )
             ).all()
         if len(rows) != 1:
@@ -185,7 +203,7 @@ class Journal:
         return _rollout(rows[0])
 
     def rollouts(self, agent: str | None = None, states: list[RolloutState] | None = None) -> list[Rollout]:
-        q = sa.select(control_rollouts).order_by(control_rollouts.c.started_at.desc())
+        q = self._scoped(sa.select(control_rollouts).order_by(control_rollouts.c.started_at.desc()), control_rollouts)
         if agent:
             q = q.where(control_rollouts.c.agent == agent)
         if states:
@@ -198,5 +216,9 @@ class Journal:
         if "analyses" in clean:
             clean["analyses"] = jsonable(clean["analyses"])
         with write_transaction(self.engine) as conn:
-            conn.execute(control_rollouts.update().where(control_rollouts.c.id == rollout_id).values(**clean))
+            conn.execute(
+                self._scoped(
+                    control_rollouts.update().where(control_rollouts.c.id == rollout_id), control_rollouts
+                ).values(**clean)
+            )
         return self.rollout(rollout_id)

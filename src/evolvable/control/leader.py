@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 import sqlalchemy as sa
@@ -36,6 +39,30 @@ class LeaderLock:
     def acquire(self) -> bool:
         """True when this instance is (still) the leader."""
         return self._acquire_pg() if self.is_postgres else self._acquire_lease()
+
+    @contextmanager
+    def kept(self) -> Iterator[None]:
+        """Keep a SQLite lease renewed while a long tick runs, so no other replica takes over mid-tick.
+        (PostgreSQL's advisory lock lasts as long as its connection; nothing to renew.)"""
+        if self.is_postgres:
+            yield
+            return
+        stop = threading.Event()
+
+        def renew() -> None:
+            while not stop.wait(self.lease_s / 3):
+                try:
+                    self._acquire_lease()
+                except sa.exc.SQLAlchemyError:  # the next tick acquires again or steps down
+                    return
+
+        thread = threading.Thread(target=renew, name="evolvable-leader-lease", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
 
     def release(self) -> None:
         if self.is_postgres:

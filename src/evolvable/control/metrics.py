@@ -10,8 +10,8 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from evolvable.control.journal import Journal
 from evolvable.control.models import RolloutState
-from evolvable.control.runtime import ControlPlane
 
 _OPEN_ROLLOUTS = [RolloutState.running, RolloutState.paused]
 
@@ -19,14 +19,15 @@ _OPEN_ROLLOUTS = [RolloutState.running, RolloutState.paused]
 class ControlCollector(Collector):
     """Decisions by lever, state and verdict; canaries by agent with their traffic share and analyses."""
 
-    def __init__(self, plane: ControlPlane, decision_window: int = 10_000) -> None:
-        self.plane = plane
+    def __init__(self, journal: Journal, decision_window: int = 10_000) -> None:
+        self.journal = journal
+        """Every tenant's journal (`Journal(engine, tenant=None)`): one scrape covers the deployment."""
         self.decision_window = decision_window
 
     def collect(self) -> Iterator[Any]:
         decisions = Counter(
             (d.agent, d.lever.value, d.state.value, d.verdict.value if d.verdict else "none")
-            for d in self.plane.journal.decisions(None, None, self.decision_window)
+            for d in self.journal.decisions(None, None, self.decision_window)
         )
         family = CounterMetricFamily(
             "evolvable_control_decisions",
@@ -46,7 +47,7 @@ class ControlCollector(Collector):
             "Analyses run so far on each open canary, by their last result.",
             labels=["agent", "rollout", "result"],
         )
-        for rollout in self.plane.journal.rollouts(None, _OPEN_ROLLOUTS):
+        for rollout in self.journal.rollouts(None, _OPEN_ROLLOUTS):
             share.add_metric([rollout.agent, rollout.kind.value, rollout.id, rollout.state.value], rollout.share)
             last = str(rollout.analyses[-1].get("result", "none")) if rollout.analyses else "none"
             analyses.add_metric([rollout.agent, rollout.id, last], len(rollout.analyses))

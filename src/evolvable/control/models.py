@@ -112,6 +112,7 @@ class VersionRecord(_Record):
     id: str
     kind: VersionKind
     agent: str
+    tenant: str = "default"
     state: VersionState
     parent_id: str | None = None
     content: dict[str, Any]
@@ -132,6 +133,7 @@ class Transition(_Record):
     version_id: str
     kind: VersionKind
     agent: str
+    tenant: str = "default"
     from_state: VersionState | None
     to_state: VersionState
     reason: str = ""
@@ -142,6 +144,7 @@ class Transition(_Record):
 class Decision(_Record):
     id: str
     agent: str
+    tenant: str = "default"
     lever: Lever
     state: DecisionState
     rationale: str = ""
@@ -165,6 +168,7 @@ class Decision(_Record):
 class Rollout(_Record):
     id: str
     agent: str
+    tenant: str = "default"
     kind: VersionKind
     decision_id: str | None = None
     candidate_version: str

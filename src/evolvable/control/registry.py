@@ -1,8 +1,11 @@
 """The registry: content-addressed harness and policy versions with lineage and an explicit state machine.
 
 A harness version's id is `Harness.content_hash()`, so registering the same content twice is a
-no-op and equal content always has the same id. Policy versions are addressed by their spec (base
-model, adapter name and path, upstream) plus a digest of the adapter files when they exist.
+no-op and equal content always has the same id. A registry is scoped to one tenant (control's view
+of an agent is (tenant, agent)); outside the `default` tenant ids are derived from the tenant and
+the content, so two tenants' equal harnesses are two versions that never share state. Policy
+versions are addressed by their spec (base model, adapter name and path, upstream) plus a digest
+of the adapter files when they exist.
 Every state change is checked against `TRANSITIONS` and logged in `registry_transitions`.
 """
 
@@ -68,11 +71,23 @@ def policy_version_id(agent: str, spec: PolicySpec) -> str:
     return "p1-" + hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
+DEFAULT_TENANT = "default"
+
+
+def scoped_id(tenant: str, content_id: str) -> str:
+    """A version id within a tenant: the content address itself in `default`, a tenant-salted one elsewhere."""
+    if tenant == DEFAULT_TENANT:
+        return content_id
+    prefix = content_id[:3]
+    return prefix + hashlib.sha256(f"{tenant}\0{content_id}".encode()).hexdigest()[:16]
+
+
 def _row_to_version(row: Any) -> VersionRecord:
     return VersionRecord(
         id=row.id,
         kind=VersionKind(row.kind),
         agent=row.agent,
+        tenant=row.tenant,
         state=VersionState(row.state),
         parent_id=row.parent_id,
         content=row.content,
@@ -85,10 +100,24 @@ def _row_to_version(row: Any) -> VersionRecord:
 
 
 class Registry:
-    """Versions of every agent's harness and policy. Thread-safe; each call is one transaction."""
+    """Versions of one tenant's agents' harnesses and policies. Thread-safe; each call is one transaction.
 
-    def __init__(self, engine: Engine) -> None:
+    `tenant=None` reads every tenant (the harness router's snapshot); it registers into `default`."""
+
+    def __init__(self, engine: Engine, tenant: str | None = DEFAULT_TENANT) -> None:
         self.engine = engine
+        self.tenant = tenant
+
+    @property
+    def writes_to(self) -> str:
+        return self.tenant or DEFAULT_TENANT
+
+    def version_id(self, harness: Harness) -> str:
+        """The id `harness` has (or would have) in this registry's tenant."""
+        return scoped_id(self.writes_to, harness.content_hash())
+
+    def _scoped(self, q: Any, table: sa.Table = registry_versions) -> Any:
+        return q if self.tenant is None else q.where(table.c.tenant == self.tenant)
 
     # ------------------------------------------------------------------ registering
 
@@ -104,7 +133,7 @@ class Registry:
     ) -> VersionRecord:
         """Store a harness version (idempotent by content). `state=active` makes it the served version."""
         return self._register(
-            harness.content_hash(),
+            self.version_id(harness),
             VersionKind.harness,
             harness.agent,
             harness.model_dump(mode="json"),
@@ -131,7 +160,7 @@ class Registry:
         """Store a policy version with its lineage: the data snapshot and config it was trained from, metrics."""
         lineage = {"data_snapshot": data_snapshot, "config": config or {}, "metrics": metrics or {}}
         return self._register(
-            policy_version_id(agent, spec),
+            scoped_id(self.writes_to, policy_version_id(agent, spec)),
             VersionKind.policy,
             agent,
             spec.model_dump(mode="json"),
@@ -167,6 +196,7 @@ class Registry:
                         id=version_id,
                         kind=kind.value,
                         agent=agent,
+                        tenant=self.writes_to,
                         state=VersionState.candidate.value,
                         parent_id=parent,
                         content=content,
@@ -177,7 +207,17 @@ class Registry:
                         updated_at=ts,
                     )
                 )
-                self._log(conn, version_id, kind, agent, None, VersionState.candidate, note or "registered", created_by)
+                self._log(
+                    conn,
+                    version_id,
+                    kind,
+                    agent,
+                    self.writes_to,
+                    None,
+                    VersionState.candidate,
+                    note or "registered",
+                    created_by,
+                )
                 existing = self._get(conn, version_id)
                 assert existing is not None
             if state != VersionState.candidate and existing.state != state:
@@ -189,6 +229,7 @@ class Registry:
     # ------------------------------------------------------------------ reading
 
     def get(self, version_id: str) -> VersionRecord:
+        """A version of this registry's tenant; another tenant's is NotFound, like a missing one."""
         with self.engine.connect() as conn:
             found = self._get(conn, version_id)
         if found is None:
@@ -204,9 +245,11 @@ class Registry:
             return found
         with self.engine.connect() as conn:
             rows = conn.execute(
-                sa.select(registry_versions).where(
-                    registry_versions.c.id.like(f"{ref}%"),
-                    registry_versions.c.kind == kind.value,
+                self._scoped(
+                    sa.select(registry_versions).where(
+                        registry_versions.c.id.like(f"{ref}%"),
+                        registry_versions.c.kind == kind.value,
+                    )
                 )
             ).all()
         if not rows:
@@ -222,7 +265,7 @@ class Registry:
     def versions(
         self, agent: str | None = None, kind: VersionKind | None = None, states: list[VersionState] | None = None
     ) -> list[VersionRecord]:
-        q = sa.select(registry_versions).order_by(registry_versions.c.created_at)
+        q = self._scoped(sa.select(registry_versions).order_by(registry_versions.c.created_at))
         if agent is not None:
             q = q.where(registry_versions.c.agent == agent)
         if kind is not None:
@@ -238,7 +281,13 @@ class Registry:
 
     def agents(self) -> list[str]:
         with self.engine.connect() as conn:
-            return sorted(r[0] for r in conn.execute(sa.select(registry_versions.c.agent).distinct()))
+            return sorted(r[0] for r in conn.execute(self._scoped(sa.select(registry_versions.c.agent).distinct())))
+
+    def tenants(self) -> list[str]:
+        """Tenants with any version in this registry's scope."""
+        with self.engine.connect() as conn:
+            query = self._scoped(sa.select(registry_versions.c.tenant).distinct())
+            return sorted(r[0] for r in conn.execute(query))
 
     def lineage(self, version_id: str) -> list[VersionRecord]:
         """The version and its ancestors, newest first."""
@@ -256,7 +305,7 @@ class Registry:
         return chain
 
     def transitions(self, version_id: str | None = None, agent: str | None = None) -> list[Transition]:
-        q = sa.select(registry_transitions).order_by(registry_transitions.c.id)
+        q = self._scoped(sa.select(registry_transitions).order_by(registry_transitions.c.id), registry_transitions)
         if version_id:
             q = q.where(registry_transitions.c.version_id == version_id)
         if agent:
@@ -267,6 +316,7 @@ class Registry:
                     version_id=r.version_id,
                     kind=VersionKind(r.kind),
                     agent=r.agent,
+                    tenant=r.tenant,
                     from_state=VersionState(r.from_state) if r.from_state else None,
                     to_state=VersionState(r.to_state),
                     reason=r.reason,
@@ -275,6 +325,38 @@ class Registry:
                 )
                 for r in conn.execute(q)
             ]
+
+    # ------------------------------------------------------------------ erasure
+
+    def erase_exemplars(self, trajectory_ids: set[str], *, reason: str) -> dict[str, int]:
+        """Remove, from every harness version of this registry's tenant (any state), the memory exemplars
+        copied from `trajectory_ids`, in place: erasure outranks content addressing, so the version keeps its
+        id, its content loses the exemplars, and its lineage records what was erased and why."""
+        if not trajectory_ids:
+            return {"exemplars": 0, "harness_versions": 0}
+        erased = versions = 0
+        with write_transaction(self.engine) as conn:
+            rows = conn.execute(
+                self._scoped(sa.select(registry_versions).where(registry_versions.c.kind == VersionKind.harness.value))
+            ).all()
+            for row in rows:
+                memory = row.content.get("memory") or []
+                keep = [ex for ex in memory if ex.get("source_trajectory_id") not in trajectory_ids]
+                if len(keep) == len(memory):
+                    continue
+                lineage = dict(row.lineage or {})
+                lineage["erased"] = [
+                    *lineage.get("erased", []),
+                    {"exemplars": len(memory) - len(keep), "reason": reason},
+                ]
+                conn.execute(
+                    registry_versions.update()
+                    .where(registry_versions.c.id == row.id)
+                    .values(content={**row.content, "memory": keep}, lineage=lineage, updated_at=now())
+                )
+                erased += len(memory) - len(keep)
+                versions += 1
+        return {"exemplars": erased, "harness_versions": versions}
 
     # ------------------------------------------------------------------ state changes
 
@@ -314,7 +396,7 @@ class Registry:
                 f"{record.kind.value} version {record.id} cannot go from {record.state.value} to {to_state.value}"
             )
         if to_state in (VersionState.active, VersionState.canary):
-            occupant = self._current(conn, record.agent, record.kind, to_state, lock=True)
+            occupant = self._current(conn, record.agent, record.kind, to_state, lock=True, tenant=record.tenant)
             if occupant is not None and occupant.id != record.id:
                 if to_state == VersionState.canary:
                     raise ControlError(
@@ -332,7 +414,7 @@ class Registry:
             .where(registry_versions.c.id == record.id)
             .values(state=to_state.value, updated_at=now())
         )
-        self._log(conn, record.id, record.kind, record.agent, record.state, to_state, reason, actor)
+        self._log(conn, record.id, record.kind, record.agent, record.tenant, record.state, to_state, reason, actor)
 
     @staticmethod
     def _log(
@@ -340,6 +422,7 @@ class Registry:
         version_id: str,
         kind: VersionKind,
         agent: str,
+        tenant: str,
         from_state: VersionState | None,
         to_state: VersionState,
         reason: str,
@@ -350,6 +433,7 @@ class Registry:
                 version_id=version_id,
                 kind=kind.value,
                 agent=agent,
+                tenant=tenant,
                 from_state=from_state.value if from_state else None,
                 to_state=to_state.value,
                 reason=reason,
@@ -358,22 +442,27 @@ class Registry:
             )
         )
 
-    @staticmethod
-    def _get(conn: Connection, version_id: str, lock: bool = False) -> VersionRecord | None:
-        q = sa.select(registry_versions).where(registry_versions.c.id == version_id)
+    def _get(self, conn: Connection, version_id: str, lock: bool = False) -> VersionRecord | None:
+        q = self._scoped(sa.select(registry_versions).where(registry_versions.c.id == version_id))
         if lock and conn.dialect.name == "postgresql":
             q = q.with_for_update()
         row = conn.execute(q).first()
         return _row_to_version(row) if row else None
 
-    @staticmethod
     def _current(
-        conn: Connection, agent: str, kind: VersionKind, state: VersionState, lock: bool = False
+        self,
+        conn: Connection,
+        agent: str,
+        kind: VersionKind,
+        state: VersionState,
+        lock: bool = False,
+        tenant: str | None = None,
     ) -> VersionRecord | None:
         q = sa.select(registry_versions).where(
             registry_versions.c.agent == agent,
             registry_versions.c.kind == kind.value,
             registry_versions.c.state == state.value,
+            registry_versions.c.tenant == (tenant or self.writes_to),
         )
         if lock and conn.dialect.name == "postgresql":
             q = q.with_for_update()

@@ -21,7 +21,8 @@ from sqlalchemy.engine import Engine
 
 from evolvable.control.journal import Journal
 from evolvable.control.models import PolicySpec, RolloutState, VersionKind, VersionRecord
-from evolvable.control.registry import Registry
+from evolvable.control.registry import DEFAULT_TENANT, Registry
+from evolvable.control.task_clusters import ClustererStore, FittedClusterer
 from evolvable.protocol.harness import Harness, render_messages
 from evolvable.protocol.models import ChatMessage
 from evolvable.proxy.hooks import RewriteResult, SessionContext  # the seam's types; the proxy owns them
@@ -52,25 +53,31 @@ class Assignment:
 class ServedVersions:
     """Snapshot of what is served, per agent. Replaced atomically on refresh."""
 
-    def __init__(self, registry: Registry, journal: Journal) -> None:
+    def __init__(self, registry: Registry, journal: Journal, clusterers: ClustererStore | None = None) -> None:
         self.registry = registry
         self.journal = journal
-        self.agents: dict[str, AgentVersions] = {}
+        self.clusterer_store = clusterers
+        self.clusterers: dict[tuple[str, str], FittedClusterer] = {}
+        """(tenant, agent) -> the task clusterer fitted from its traffic, for memory retrieval by cluster."""
+        self.agents: dict[tuple[str, str], AgentVersions] = {}
+        """(tenant, agent) -> what is served: a tenant's requests only ever see its own versions."""
         self.refreshed_at = 0.0
 
     def refresh(self) -> None:
-        agents: dict[str, AgentVersions] = {}
+        agents: dict[tuple[str, str], AgentVersions] = {}
         for record in self.registry.served():
-            v = agents.setdefault(record.agent, AgentVersions())
+            v = agents.setdefault((record.tenant, record.agent), AgentVersions())
             slot = f"{record.kind.value}_{record.state.value}"
             setattr(v, slot, record)
             if record.kind == VersionKind.harness:
                 v.harnesses[record.id] = record.harness()
         for rollout in self.journal.rollouts(states=[RolloutState.running]):
-            v = agents.get(rollout.agent)
+            v = agents.get((rollout.tenant, rollout.agent))
             if v is not None:
                 setattr(v, f"{rollout.kind.value}_share", rollout.share)
         self.agents = agents
+        if self.clusterer_store is not None:
+            self.clusterers = self.clusterer_store.latest_all()
         self.refreshed_at = time.monotonic()
 
 
@@ -84,8 +91,13 @@ class HarnessRouter:
         refresh_interval_s: float = 5.0,
         clusterer: Any = None,
         max_sessions: int = 100_000,
+        learn_clusters: bool = True,
     ) -> None:
-        self.versions = ServedVersions(Registry(engine), Journal(engine))
+        self.versions = ServedVersions(
+            Registry(engine, tenant=None),
+            Journal(engine, tenant=None),
+            ClustererStore(engine) if learn_clusters else None,
+        )
         self.refresh_interval_s = refresh_interval_s
         self.clusterer = clusterer  # anything with .predict(text) -> str, for memory retrieval by cluster
         self.max_sessions = max_sessions
@@ -119,11 +131,11 @@ class HarnessRouter:
 
     # ------------------------------------------------------------------ assignment
 
-    def assign(self, agent: str, session_id: str | None) -> Assignment:
+    def assign(self, agent: str, session_id: str | None, tenant: str = DEFAULT_TENANT) -> Assignment:
         """Which harness and policy version this session runs; sticky once decided."""
         if self._thread is None:
             self.start()
-        v = self.versions.agents.get(agent)
+        v = self.versions.agents.get((tenant, agent))
         if v is None:
             return Assignment(None, None)
         served = {r.id for r in (v.harness_active, v.harness_canary, v.policy_active, v.policy_canary) if r}
@@ -152,10 +164,12 @@ class HarnessRouter:
                     self._sessions.popitem(last=False)
         return assignment
 
-    def harness_for(self, agent: str, session_id: str | None = None) -> tuple[Harness | None, str | None]:
-        """The harness an agent should run (for `GET /v1/agents/{name}/harness`)."""
-        assignment = self.assign(agent, session_id)
-        v = self.versions.agents.get(agent)
+    def harness_for(
+        self, agent: str, session_id: str | None = None, tenant: str = DEFAULT_TENANT
+    ) -> tuple[Harness | None, str | None]:
+        """The harness an agent of `tenant` should run (for `GET /v1/agents/{name}/harness`)."""
+        assignment = self.assign(agent, session_id, tenant)
+        v = self.versions.agents.get((tenant, agent))
         if v is None or assignment.harness_version is None:
             return None, None
         return v.harnesses.get(assignment.harness_version), assignment.harness_version
@@ -165,8 +179,8 @@ class HarnessRouter:
     def prepare(self, ctx: SessionContext, body: dict[str, Any]) -> RewriteResult:
         agent = ctx.agent or "default"
         session_id = ctx.session_id
-        assignment = self.assign(agent, session_id)
-        v = self.versions.agents.get(agent)
+        assignment = self.assign(agent, session_id, ctx.tenant_id)
+        v = self.versions.agents.get((ctx.tenant_id, agent))
         if v is None:
             return RewriteResult(body=body)
         pinned_h, pinned_p = ctx.harness_version, ctx.policy_version
@@ -208,8 +222,10 @@ class HarnessRouter:
         if task_text is None:
             task_text = next((m.text() for m in conversation if m.role == "user"), "")
         cluster = metadata.get("cluster") if isinstance(metadata, dict) else None
-        if cluster is None and self.clusterer is not None and task_text:
-            cluster = self.clusterer.predict(task_text)
+        learned = self.versions.clusterers.get((ctx.tenant_id, ctx.agent)) if ctx is not None else None
+        clusterer = learned or self.clusterer
+        if cluster is None and clusterer is not None and task_text:
+            cluster = clusterer.predict(task_text)
         messages = render_messages(harness, conversation, task_text=task_text, cluster=cluster)
         out = {**body, "messages": [m.model_dump(mode="json", exclude_none=True) for m in messages]}
         if isinstance(body.get("tools"), list) and harness.tools:

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,10 +45,11 @@ from evolvable.control.models import (
     VersionRecord,
     VersionState,
 )
-from evolvable.control.registry import Registry, now
+from evolvable.control.registry import DEFAULT_TENANT, Registry, now
 from evolvable.control.rollout import CanaryConfig, analyze_canary
 from evolvable.control.statistics import RunSummary, compute_statistics, load_runs
 from evolvable.control.stats_math import wilson_interval, worse_pvalue
+from evolvable.control.task_clusters import TaskClusters
 from evolvable.errors import ControlError
 from evolvable.protocol.harness import Harness
 
@@ -68,6 +70,9 @@ class ControlConfig:
     """A cluster's success must move by this much to count as improved or harmed."""
     use_canary: bool = True
     """False promotes straight after the gates (e.g. offline benchmarks with no live traffic split)."""
+    time_budget_s: float | None = None
+    """Longest a decision's evolver and gates may take; past it the decision is recorded as failed and its
+    candidate never reaches live traffic (checked between steps: a running evolver or gate finishes first)."""
 
 
 @dataclass
@@ -94,14 +99,23 @@ class ControlPlane:
         clusterer: Any = None,
         router: Any = None,
         leader: LeaderLock | None = None,
+        tenant: str = DEFAULT_TENANT,
+        judge_model: Any = None,
+        clusters: TaskClusters | None = None,
     ) -> None:
         self.store = store
+        self.tenant = tenant
+        """Control's view of an agent is (tenant, agent): runs, versions, decisions and rollouts of this tenant only."""
         self.config = config or ControlConfig()
-        self.registry = Registry(store.engine)
-        self.journal = Journal(store.engine)
+        self.registry = Registry(store.engine, tenant)
+        self.journal = Journal(store.engine, tenant)
+        self.judge_model = judge_model
+        """Settings of the judge model (base_url, model, api_key, rubric) for judge-based signals, when configured."""
         self.gates = Gates(self.config.gates)
         self.evolvers = evolvers or default_evolvers(evolver_model, trainer)
         self.clusterer = clusterer
+        self.clusters = clusters
+        """Per-agent clusterers fitted from this tenant's traffic (stored, refitted on drift); wins over `clusterer`."""
         self.router = router
         self.leader = leader or LeaderLock(store.engine)
         self.suites: dict[str, ReplaySuite] = {}
@@ -134,6 +148,7 @@ class ControlPlane:
             if not self.leader.acquire():
                 return TickReport(leader=False)
             report = TickReport(leader=True)
+            self._abandon_interrupted(report)
             agents = [agent] if agent else self.registry.agents()
             for name in agents:
                 try:
@@ -143,6 +158,31 @@ class ControlPlane:
                     report.actions.append(f"{name}: tick failed: {type(err).__name__}: {err}")
             self._refresh_router()
             return report
+
+    def _abandon_interrupted(self, report: TickReport) -> None:
+        """A decision still `proposed` when a tick starts was cut off half-way (its leader died between
+        recording it and finishing it): nothing of it is served, so it is closed as failed, saying why.
+        Its candidate version stays a candidate, which the next decision may pick up again."""
+        for decision in self.journal.decisions(states=[DecisionState.proposed]):
+            self.journal.update_decision(
+                decision.id,
+                state=DecisionState.failed,
+                gates={
+                    **decision.gates,
+                    "interrupted": f"abandoned by leader {self.leader.holder}: the decision was cut off "
+                    f"before its gates finished (leader was {decision.evidence.get('leader', 'unknown')})",
+                },
+            )
+            if decision.candidate_version and decision.rollout_id is None:
+                with contextlib.suppress(ControlError):  # cut off between starting its canary and its rollout
+                    if self.registry.get(decision.candidate_version).state == VersionState.canary:
+                        self.registry.transition(
+                            decision.candidate_version,
+                            VersionState.candidate,
+                            reason=f"decision {decision.id} was interrupted",
+                            actor="control-plane",
+                        )
+            report.actions.append(f"{decision.agent}: abandoned interrupted decision {decision.id}")
 
     async def run_background(self, interval_s: float = 30.0, stop: asyncio.Event | None = None) -> None:
         """Tick forever (in a worker thread, so the event loop keeps serving); for `evolvable serve`."""
@@ -157,12 +197,14 @@ class ControlPlane:
         await asyncio.to_thread(self.leader.release)
 
     def runs(self, agent: str) -> list[RunSummary]:
+        fitted = self.clusters.for_agent(agent) if self.clusters is not None else None
         return load_runs(
             self.store,
             agent,
             limit=self.config.window,
-            clusterer=self.clusterer,
+            clusterer=fitted or self.clusterer,
             success_threshold=self.config.success_threshold,
+            tenant_id=self.tenant,
         )
 
     def _tick_agent(self, agent: str, report: TickReport) -> None:
@@ -170,6 +212,11 @@ class ControlPlane:
         if active is None:
             return
         runs = self.runs(agent)
+        if self.clusters is not None:
+            _, refitted = self.clusters.update(agent, runs)
+            if refitted:
+                report.actions.append(refitted)
+                runs = self.runs(agent)
         for rollout in self.journal.rollouts(agent, [RolloutState.running]):
             self._advance_rollout(rollout, runs, report)
         for decision in self.journal.decisions(agent, [DecisionState.promoted, DecisionState.applied]):
@@ -225,8 +272,10 @@ class ControlPlane:
         runs: list[RunSummary],
         report: TickReport,
     ) -> None:
+        started = time.monotonic()
         stats = ctx.stats
         evidence = {
+            "leader": self.leader.holder,
             "rule": proposal.rule,
             **proposal.evidence,
             "before": {c: [g.successes, g.n] for c, g in stats.clusters.items()},
@@ -273,7 +322,7 @@ class ControlPlane:
         base_harness = active.harness()
         base_policy = policy.policy() if policy else None
         if isinstance(candidate, HarnessCandidate):
-            if candidate.harness.content_hash() == active.id:
+            if self.registry.version_id(candidate.harness) == active.id:
                 self.journal.update_decision(decision.id, state=DecisionState.failed, gates={"evolver": "no change"})
                 report.actions.append(f"{say}: evolver produced no change")
                 return
@@ -314,7 +363,19 @@ class ControlPlane:
             candidate_version=record.id,
             baseline_version=active.id if kind == VersionKind.harness else (policy.id if policy else None),
         )
-        gates = self._run_gates(agent, cand_harness, base_harness, cand_policy, base_policy)
+        if self._over_budget(decision.id, started, "evolver", report, say):
+            return
+        try:
+            gates = self._run_gates(agent, cand_harness, base_harness, cand_policy, base_policy)
+        except Exception as err:  # recorded; the candidate stays a candidate and is never served
+            log.exception("gates failed for %s", record.id)
+            self.journal.update_decision(
+                decision.id, state=DecisionState.failed, gates={"error": f"{type(err).__name__}: {err}"}
+            )
+            report.actions.append(f"{say}: gates failed: {err}")
+            return
+        if self._over_budget(decision.id, started, "gates", report, say, gates):
+            return
         failed = next((g for g in gates.values() if isinstance(g, dict) and g.get("passed") is False), None)
         if failed is not None:
             self.registry.reject(record.id, reason=f"{failed['name']} gate: {failed['reason']}")
@@ -338,6 +399,25 @@ class ControlPlane:
             report.actions.append(f"{say}: candidate {record.id} passed the gates; awaiting approval")
             return
         self._start(self.journal.decision(decision.id), report)
+
+    def _over_budget(
+        self,
+        decision_id: str,
+        started: float,
+        phase: str,
+        report: TickReport,
+        say: str,
+        gates: dict[str, Any] | None = None,
+    ) -> bool:
+        """Past the time budget after `phase`: record it and stop, before anything reaches live traffic."""
+        budget = self.config.time_budget_s
+        spent = time.monotonic() - started
+        if budget is None or spent <= budget:
+            return False
+        note = f"time budget of {budget:g} s exceeded after the {phase} ({spent:.1f} s); nothing was served"
+        self.journal.update_decision(decision_id, state=DecisionState.failed, gates={**(gates or {}), "budget": note})
+        report.actions.append(f"{say}: {note}")
+        return True
 
     def _run_gates(
         self,

@@ -1,8 +1,7 @@
 """Dashboard JSON for the control plane and for learning over time.
 
-A tenant key sees an agent here only when every recorded run of it is its own tenant's
-(`store.tenancy.agents_owned_by`): the control plane keeps versions and decisions per agent name, so an
-agent shared by tenants is the operator's (admin keys) to inspect.
+The control plane keeps versions, decisions and rollouts per (tenant, agent): a tenant key reads its own
+tenant's plane only; an admin key sees every tenant's (or one, with `?tenant=`).
 """
 
 from __future__ import annotations
@@ -14,22 +13,20 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import Response
 
 from evolvable.control.models import VersionKind, VersionRecord, VersionState
-from evolvable.control.registry import diff_harnesses, render_diff
+from evolvable.control.registry import Registry, diff_harnesses, render_diff
 from evolvable.control.runtime import ControlPlane
 from evolvable.control.statistics import load_runs
+from evolvable.control.tenancy import ControlPlanes
 from evolvable.dashboard.access import Viewer, json_response, viewer
 from evolvable.proxy.errors import APIError
-from evolvable.store.tenancy import agents_owned_by
 
 _SHOWN_STATES = (VersionState.active, VersionState.canary, VersionState.candidate)
 
 
-def visible_agents(plane: ControlPlane, v: Viewer) -> list[str]:
-    known = plane.registry.agents()
-    if v.tenant_scope is None:
-        return known
-    owned = agents_owned_by(plane.store.engine, v.tenant_scope)
-    return [a for a in known if a in owned]
+def visible_agents(planes: ControlPlanes, v: Viewer) -> list[tuple[ControlPlane, str]]:
+    """(tenant's plane, agent) pairs the viewer may read."""
+    tenants = [v.tenant_scope] if v.tenant_scope is not None else Registry(planes.leader.engine, tenant=None).tenants()
+    return [(plane, agent) for plane in map(planes.plane, tenants) for agent in plane.registry.agents()]
 
 
 def _version(record: VersionRecord, active: VersionRecord | None, plane: ControlPlane) -> dict[str, Any]:
@@ -104,27 +101,30 @@ def agent_learning(plane: ControlPlane, agent: str, tenant: str | None) -> dict[
     }
 
 
-def evolution_router(plane: ControlPlane) -> APIRouter:
+def evolution_router(planes: ControlPlanes) -> APIRouter:
     api = APIRouter(prefix="/v1/dashboard", tags=["dashboard"])
 
-    async def checked_agent(agent: str | None, v: Viewer) -> list[str]:
-        agents = await asyncio.to_thread(visible_agents, plane, v)
+    async def checked_agent(agent: str | None, v: Viewer) -> list[tuple[ControlPlane, str]]:
+        pairs = await asyncio.to_thread(visible_agents, planes, v)
         if agent is None:
-            return agents
-        if agent not in agents:
+            return pairs
+        found = [(p, a) for p, a in pairs if a == agent]
+        if not found:
             raise APIError(404, f"no agent {agent!r}", "invalid_request_error", "not_found")
-        return [agent]
+        return found
 
     @api.get("/control")
     async def control(agent: str | None = None, v: Viewer = Depends(viewer)) -> Response:
-        agents = await checked_agent(agent, v)
-        data = await asyncio.to_thread(lambda: [agent_control(plane, a) for a in agents])
+        pairs = await checked_agent(agent, v)
+        data = await asyncio.to_thread(lambda: [{**agent_control(p, a), "tenant": p.tenant} for p, a in pairs])
         return json_response({"data": data, "can_act": v.principal.is_admin})
 
     @api.get("/learning")
     async def learning(agent: str | None = None, v: Viewer = Depends(viewer)) -> Response:
-        agents = await checked_agent(agent, v)
-        data = await asyncio.to_thread(lambda: [agent_learning(plane, a, v.tenant_scope) for a in agents])
+        pairs = await checked_agent(agent, v)
+        data = await asyncio.to_thread(
+            lambda: [{**agent_learning(p, a, p.tenant), "tenant": p.tenant} for p, a in pairs]
+        )
         return json_response({"data": data})
 
     return api

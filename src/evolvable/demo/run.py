@@ -95,61 +95,31 @@ def _progress(console: Console) -> Progress:
 
 def run_demo(cfg: DemoConfig, console: Console | None = None) -> dict[str, Any]:
     """Run the loop and write the report folder; returns the summary that summary.json holds."""
-    from evolvable.control.api import create_control_router
-    from evolvable.control.models import PolicySpec, VersionKind, VersionState
-    from evolvable.control.router import HarnessRouter
-    from evolvable.control.runtime import ControlPlane
-    from evolvable.control.workloads import WorkloadContext, load_entry_point
+    from evolvable.app import build_stack
+    from evolvable.control.models import VersionKind, VersionState
     from evolvable.demo.report import write_report
-    from evolvable.demo.services import ProxyServer, embedded_tokenizers, policy_server
-    from evolvable.demo.tuning import control_config, evolvers, exemplar_redactor
-    from evolvable.governance import Governance
-    from evolvable.proxy.app import create_app
-    from evolvable.proxy.config import ProxyConfig
-    from evolvable.store import Store
+    from evolvable.demo.services import ProxyServer
+    from evolvable.demo.tuning import POLICY_SERVER, demo_configuration
     from evolvable.workloads.support_desk import AGENT_NAME, default_harness, evaluate, generate_tasks, weak_harness
 
     console = console or Console()
     started = time.perf_counter()
     cfg.report_dir.mkdir(parents=True, exist_ok=True)
-    store = Store.open(f"sqlite:///{cfg.report_dir / 'evolvable.db'}")
     report_set = generate_tasks("holdout", cfg.report_tasks, seed=cfg.seed)
     train_set = generate_tasks("train", cfg.rounds * cfg.round_size, seed=cfg.seed)
     eval_kw: dict[str, Any] = {"max_tokens": cfg.max_tokens, "max_turns": cfg.max_turns, "concurrency": cfg.concurrency}
+    start_harness = weak_harness() if cfg.start == "weak" else default_harness()
+    harness_file = cfg.report_dir / "start_harness.json"
+    harness_file.write_text(start_harness.model_dump_json(indent=2))
 
     with contextlib.ExitStack() as resources:
-        resources.callback(store.close)
         with console.status("starting the embedded policy server (the first start converts the model, ~30 s)"):
-            endpoint = resources.enter_context(policy_server(cfg.model, cfg.report_dir / "policy_server.log"))
-        workload_options = {
-            "seed": cfg.seed,
-            "gate_tasks": cfg.gate_tasks,
-            "safety_tasks": cfg.safety_tasks,
-            "concurrency": cfg.concurrency,
-            "max_turns": cfg.max_turns,
-            "max_tokens": cfg.max_tokens,
-            "explore_max_episodes": cfg.explore_max_episodes,
-        }
-        context = WorkloadContext(endpoint, cfg.model, sanitize=exemplar_redactor(), options=workload_options)
-        suite = load_entry_point("support_desk").suite(context)
-        router = HarnessRouter(store.engine, refresh_interval_s=1.0)
-        plane = ControlPlane(store, config=control_config(cfg), router=router, evolvers=evolvers(cfg, endpoint))
-        plane.register_suite(AGENT_NAME, suite)
-        safety_set = suite.safety
-        start_harness = weak_harness() if cfg.start == "weak" else default_harness()
-        plane.bootstrap(start_harness, PolicySpec(base_model=cfg.model))
-
-        gov = Governance.for_store(store, tokenizers=embedded_tokenizers(cfg.model))
-        proxy_cfg = ProxyConfig.for_upstream(endpoint, writer_mode="thread", spool_dir=cfg.report_dir / "spool")
-        app = create_app(
-            proxy_cfg,
-            store,
-            governor=gov.governor,
-            authenticator=gov.authenticator,
-            rewriter=router,
-            routers=[*gov.routers, create_control_router(plane, router)],
-        )
-        gov.install(app)
+            stack = resources.enter_context(build_stack(demo_configuration(cfg, harness_file), log_dir=cfg.report_dir))
+        assert stack.planes is not None and stack.router is not None
+        store, router, endpoint = stack.store, stack.router, stack.policy_endpoints[POLICY_SERVER]
+        plane = stack.planes.plane("default")
+        safety_set = plane.suites[AGENT_NAME].safety
+        app = stack.app
 
         rounds: list[RoundRecord] = []
         with ProxyServer(app) as proxy, _progress(console) as progress:

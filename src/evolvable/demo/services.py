@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from evolvable.demo.stack import ServerThread
+from evolvable.app.local import ServerThread
 from evolvable.model_loading import cached_model_dir
 from evolvable.policy_server.launcher import policy_server
 

@@ -13,7 +13,7 @@ import functools
 import logging
 import re
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from evolvable.errors import EvolvableError, GovernanceError, NotFound
 from evolvable.governance.audit import AuditAction, AuditLog
 from evolvable.governance.curation import DedupMode, QualityConfig
 from evolvable.governance.datasets import EXPORT_FORMATS, DatasetCatalog
-from evolvable.governance.purge import Purger, PurgeRequest, SpoolPurger
+from evolvable.governance.purge import DerivedEraser, Purger, PurgeRequest, SpoolPurger
 from evolvable.governance.tenants import TenantDirectory
 from evolvable.protocol.models import CaptureMode
 from evolvable.proxy.hooks import Principal
@@ -134,13 +134,14 @@ def governance_routers(
     purger: Purger | None = None,
     audit: AuditLog | None = None,
     spool_purger: SpoolPurger | None = None,
+    erasers: Sequence[DerivedEraser] = (),
 ) -> list[APIRouter]:
     """The admin router (`/v1/admin/...`, admin keys only) and the datasets router (`/v1/datasets`, any key).
 
     Without `spool_purger` a purge uses the running proxy's spool (`request.app.state.proxy`) when mounted on it."""
     audit = audit or directory.audit
     catalog = catalog or DatasetCatalog(store, audit=audit)
-    base_purger = purger or Purger(store, catalog=catalog, audit=audit, spool_purger=spool_purger)
+    base_purger = purger or Purger(store, catalog=catalog, audit=audit, spool_purger=spool_purger, erasers=erasers)
 
     async def principal_of(request: Request, *, admin: bool = False) -> Principal:
         principal = await asyncio.to_thread(directory.authenticate, _bearer(request))
@@ -220,7 +221,9 @@ def governance_routers(
         runtime = getattr(request.app.state, "proxy", None)
         if base_purger.spool_purger is None and runtime is not None and hasattr(runtime, "purge_spool"):
             # The running proxy's spool: its records are parsed dicts there.
-            use = Purger(store, catalog=catalog, audit=audit, spool_purger=runtime.purge_spool)
+            use = Purger(
+                store, catalog=catalog, audit=audit, spool_purger=runtime.purge_spool, erasers=base_purger.erasers
+            )
         report = await asyncio.to_thread(functools.partial(use.purge, req, actor=actor(p)))
         return _json(report.model_dump(mode="json"))
 

@@ -9,7 +9,7 @@ The audit entry for a user purge names the user by a hash only.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -23,6 +23,12 @@ from evolvable.governance.datasets import DatasetCatalog
 
 SpoolPurger = Callable[[Callable[[Any], bool]], int]
 """`purge(predicate) -> records removed`: a running proxy's `purge_spool`, or an offline spool directory's."""
+
+DerivedEraser = Callable[[str | None, set[str], str], dict[str, Any]]
+"""`erase(tenant_id, trajectory_ids, reason) -> {kind: count or list of affected items}`: removes or flags
+what other components built from the purged runs (the control plane's memory exemplars in harness
+versions, adapters trained on them). Governance never imports them; the composition root hands them in,
+and what they report goes into the purge report and its audit entry."""
 
 
 class PurgeRequest(BaseModel):
@@ -50,8 +56,8 @@ class PurgeReport(BaseModel):
     datasets_invalidated: int
     spool_records: int | None
     """None when no spool was reachable (say so to the caller)."""
-    dependents: list[dict[str, Any]] = []
-    """Artefacts built from the purged trajectories (e.g. adapters trained on them) and what was done."""
+    derived: dict[str, Any] = {}
+    """Copies erased elsewhere, by kind (e.g. `exemplars`, `harness_versions`)."""
     wal_checkpointed: bool | None = None
     """SQLite: whether the write-ahead log was checkpointed and truncated, so the deleted rows' old page
     images are gone from disk too (False: a reader held it; it happens at the next checkpoint)."""
@@ -118,14 +124,13 @@ class Purger:
         catalog: DatasetCatalog | None = None,
         audit: AuditLog | None = None,
         spool_purger: SpoolPurger | None = None,
-        dependents: Callable[[set[str]], list[dict[str, Any]]] | None = None,
+        erasers: Sequence[DerivedEraser] = (),
     ) -> None:
         self.store = store
-        self.dependents = dependents
-        """Told the ids of removed trajectories; answers what it flagged or retired (control's WeightsErasure)."""
         self.audit = audit or AuditLog(store.engine)
         self.catalog = catalog or DatasetCatalog(store, audit=self.audit)
         self.spool_purger = spool_purger
+        self.erasers = tuple(erasers)
 
     def purge(
         self,
@@ -146,8 +151,9 @@ class Purger:
             ids=[request.trajectory_id] if request.trajectory_id else None,
             started_before=request.started_before,
         )
-        # Ids first: the spool may hold later events of these runs that carry no end_user.
-        known_ids = {h.id for h in self._headers(selector)} if request.end_user or self.dependents else set()
+        # Ids first: the spool may hold later events of these runs that carry no end_user; derived copies
+        # (exemplars) are found by the ids of the runs they came from.
+        known_ids = {h.id for h in self._headers(selector)} if request.end_user or self.erasers else set()
         spool_records: int | None = None
         if self.spool_purger is not None and request.started_before is None:
             matcher = spool_matcher(request, known_ids)
@@ -156,7 +162,10 @@ class Purger:
                 # A second pass catches events that came before their run's start record.
                 spool_records += self.spool_purger(matcher)
         removed = self.store.delete_trajectories(selector)
-        dependents = self.dependents(known_ids) if self.dependents and removed else []
+        derived: dict[str, Any] = {}
+        for erase in self.erasers:
+            for kind, found in erase(request.tenant_id, known_ids, f"{action.value} {request.describe()}").items():
+                derived[kind] = derived.get(kind, [] if isinstance(found, list) else 0) + found
         with self.catalog.engine.begin() as conn:
             _forget_sessions(conn, request)
             items, invalidated = self.catalog.drop_items(
@@ -167,7 +176,7 @@ class Purger:
                 trajectory_ids=[request.trajectory_id] if request.trajectory_id else None,
                 started_before=request.started_before,
             )
-            if audit_empty or removed or items or spool_records:
+            if audit_empty or removed or items or spool_records or any(derived.values()):
                 self.audit.record(
                     action,
                     actor=actor,
@@ -178,7 +187,7 @@ class Purger:
                         "dataset_items": items,
                         "datasets_invalidated": invalidated,
                         "spool_records": spool_records,
-                        "dependents": dependents,
+                        **derived,
                     },
                     conn=conn,
                 )
@@ -187,7 +196,7 @@ class Purger:
             dataset_items=items,
             datasets_invalidated=invalidated,
             spool_records=spool_records,
-            dependents=dependents,
+            derived=derived,
             wal_checkpointed=self._checkpoint() if removed or items else None,
         )
 

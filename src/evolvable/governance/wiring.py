@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +25,8 @@ import sqlalchemy as sa
 from evolvable.governance.api import AuditReadsMiddleware, governance_routers
 from evolvable.governance.audit import AuditAction
 from evolvable.governance.pipeline import Governor
-from evolvable.governance.retention import retention_loop
+from evolvable.governance.purge import DerivedEraser, Purger
+from evolvable.governance.retention import RetentionJob, retention_loop
 from evolvable.governance.tenants import DEFAULT_TENANT, TenantDirectory
 from evolvable.proxy.hooks import Principal
 from evolvable.settings import get_settings
@@ -60,6 +61,8 @@ class Governance:
     authenticator: Any
     routers: list[Any]
     retention_interval_s: float = 3600.0
+    erasers: tuple[DerivedEraser, ...] = ()
+    """Erase what other components copied from purged runs (the control plane's exemplars); see purge.py."""
 
     @classmethod
     def for_store(
@@ -71,6 +74,7 @@ class Governance:
         retention_interval_s: float = 3600.0,
         admin_key: str | None = None,
         tokenizers: TokenizerRegistry | None = None,
+        erasers: Sequence[DerivedEraser] = (),
     ) -> Governance:
         directory = (
             TenantDirectory(store.engine, admin_key=admin_key)
@@ -92,8 +96,9 @@ class Governance:
                 tokenizers=tokenizers if tokenizers is not None else _configured_tokenizers(),
             ),
             authenticator=directory if require_keys else KeysOrDefaultTenant(directory),
-            routers=governance_routers(store, directory),
+            routers=governance_routers(store, directory, erasers=erasers),
             retention_interval_s=retention_interval_s,
+            erasers=tuple(erasers),
         )
 
     def audit_control_action(self, actor: str, action: str, target: str) -> None:
@@ -107,11 +112,12 @@ class Governance:
         app.add_middleware(AuditReadsMiddleware, directory=self.directory)
         inner = app.router.lifespan_context
         store, interval = self.store, self.retention_interval_s
+        job = RetentionJob(store, directory=self.directory, purger=Purger(store, erasers=self.erasers))
 
         @contextlib.asynccontextmanager
         async def lifespan(a: Any) -> AsyncIterator[Any]:
             async with inner(a) as state:
-                task = asyncio.create_task(retention_loop(store, interval))
+                task = asyncio.create_task(retention_loop(store, interval, job=job))
                 try:
                     yield state
                 finally:

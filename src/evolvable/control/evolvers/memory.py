@@ -68,6 +68,7 @@ class MemoryEvolver:
         harness = ctx.active_harness
         clusters: list[str] = proposal.target.get("clusters") or []
         tasks: list[Any] = []
+        source_run: dict[str, str] = {}
         newest_first = sorted(ctx.runs, key=lambda r: r.started_at, reverse=True)
         for cluster in clusters:
             seen: set[str] = set()
@@ -80,6 +81,7 @@ class MemoryEvolver:
                 if task is not None:
                     seen.add(run.task_id)
                     tasks.append(task)
+                    source_run[run.task_id] = run.trajectory_id
         if not tasks:
             raise LeverUnavailable(f"no recorded tasks of {clusters} can be replayed for exploration")
         policy = ctx.active_policy.policy() if ctx.active_policy else None
@@ -87,7 +89,7 @@ class MemoryEvolver:
         new: list[MemoryExemplar] = []
         added: dict[str, list[str]] = {}
         for cluster in clusters:
-            found = [ex for ex in report.exemplars if ex.cluster == cluster][: self.per_cluster]
+            found = [_sourced(ex, source_run) for ex in report.exemplars if ex.cluster == cluster][: self.per_cluster]
             new += found
             if found:
                 added[cluster] = [ex.id for ex in found]
@@ -175,3 +177,11 @@ class MemoryEvolver:
             note="memory: exemplars for " + ", ".join(f"{c} ({len(v)})" for c, v in added.items()),
             changes={"added_exemplars": added},
         )
+
+
+def _sourced(exemplar: MemoryExemplar, source_run: dict[str, str]) -> MemoryExemplar:
+    """An explored exemplar names the recorded run whose task it solved (so purging that run erases it)."""
+    if exemplar.source_trajectory_id:
+        return exemplar
+    run = next((rid for tid, rid in source_run.items() if tid in exemplar.id), None)
+    return exemplar.model_copy(update={"source_trajectory_id": run}) if run else exemplar

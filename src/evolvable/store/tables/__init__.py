@@ -27,3 +27,4 @@ from evolvable.store.tables import governance as governance  # noqa: E402
 from evolvable.store.tables import registry as registry  # noqa: E402
 from evolvable.store.tables import proxy as proxy  # noqa: E402
 from evolvable.store.tables import jobs as jobs  # noqa: E402
+from evolvable.store.tables import control_artifacts as control_artifacts  # noqa: E402

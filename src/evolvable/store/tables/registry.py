@@ -2,8 +2,9 @@
 
 One `registry_versions` table holds both harness and policy versions (column `kind`): they share
 states, lineage and the transition log, and the proxy reads both in one query when it refreshes.
-Partial unique indexes make "at most one active and one canary per agent and kind" a database
-guarantee, so two control-plane replicas cannot both promote.
+Partial unique indexes make "at most one active and one canary per tenant, agent and kind" a
+database guarantee, so two control-plane replicas cannot both promote. Every row carries its
+tenant: control's view of an agent is (tenant, agent), never mixing tenants.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ registry_versions = sa.Table(
     sa.Column("id", sa.String(64), primary_key=True, comment="Content address: h1-... (harness), p1-... (policy)."),
     sa.Column("kind", sa.String(16), nullable=False),
     sa.Column("agent", sa.String(200), nullable=False),
+    sa.Column("tenant", sa.String(200), nullable=False, server_default="default"),
     sa.Column("state", sa.String(16), nullable=False),
     sa.Column("parent_id", sa.String(64), nullable=True),
     sa.Column("content", sa.JSON, nullable=False, comment="Harness JSON, or the policy spec (base, adapter)."),
@@ -28,7 +30,8 @@ registry_versions = sa.Table(
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
     sa.Index("ix_registry_versions_agent_kind", "agent", "kind", "state"),
     sa.Index(
-        "uq_registry_one_active",
+        "uq_registry_one_active_tenant",
+        "tenant",
         "agent",
         "kind",
         unique=True,
@@ -36,7 +39,8 @@ registry_versions = sa.Table(
         postgresql_where=sa.text("state = 'active'"),
     ),
     sa.Index(
-        "uq_registry_one_canary",
+        "uq_registry_one_canary_tenant",
+        "tenant",
         "agent",
         "kind",
         unique=True,
@@ -52,6 +56,7 @@ registry_transitions = sa.Table(
     sa.Column("version_id", sa.String(64), nullable=False, index=True),
     sa.Column("kind", sa.String(16), nullable=False),
     sa.Column("agent", sa.String(200), nullable=False),
+    sa.Column("tenant", sa.String(200), nullable=False, server_default="default"),
     sa.Column("from_state", sa.String(16), nullable=True),
     sa.Column("to_state", sa.String(16), nullable=False),
     sa.Column("reason", sa.Text, nullable=False, server_default=""),
@@ -64,6 +69,7 @@ control_decisions = sa.Table(
     metadata,
     sa.Column("id", sa.String(64), primary_key=True),
     sa.Column("agent", sa.String(200), nullable=False, index=True),
+    sa.Column("tenant", sa.String(200), nullable=False, server_default="default", index=True),
     sa.Column("lever", sa.String(16), nullable=False),
     sa.Column("state", sa.String(24), nullable=False, index=True),
     sa.Column("rationale", sa.Text, nullable=False, server_default=""),
@@ -87,6 +93,7 @@ control_rollouts = sa.Table(
     metadata,
     sa.Column("id", sa.String(64), primary_key=True),
     sa.Column("agent", sa.String(200), nullable=False, index=True),
+    sa.Column("tenant", sa.String(200), nullable=False, server_default="default", index=True),
     sa.Column("kind", sa.String(16), nullable=False),
     sa.Column("decision_id", sa.String(64), nullable=True),
     sa.Column("candidate_version", sa.String(64), nullable=False),

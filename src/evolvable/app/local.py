@@ -1,7 +1,7 @@
-"""A local rollout stack: the embedded policy server and the proxy in background threads.
+"""A local rollout stack: an in-process policy server (on a model already in memory) and the proxy,
+built by the composition root, in background threads.
 
-Used by the demo, the RL benchmark and the alignment tests (it sits at the top layer: it builds a
-proxy and a policy server, which the trainer must never know): episodes run through the proxy exactly as live
+Used by the RL benchmarks and the alignment tests: episodes run through the proxy exactly as live
 traffic would, so the stored trajectories carry the engine's token ids and logprobs.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,27 +79,35 @@ class LocalStack:
 
 
 @contextmanager
-def local_stack(model: Any, tokenizer: Any, workdir: str | Path, *, max_batch: int = 16):
-    """Policy server (on `model`) + proxy (SQLite store under `workdir`), stopped on exit."""
+def local_stack(model: Any, tokenizer: Any, workdir: str | Path, *, max_batch: int = 16) -> Iterator[LocalStack]:
+    """Policy server (on `model`) + the root's proxy (SQLite store under `workdir`, no governance or control:
+    the recorded token ids must be the engine's own), stopped on exit."""
+    from evolvable.app.config import parse_config
+    from evolvable.app.stack import build_stack
     from evolvable.policy_server.app import create_app as policy_app
     from evolvable.policy_server.engine import Engine
-    from evolvable.proxy.app import create_app as proxy_app
-    from evolvable.proxy.config import ProxyConfig, UpstreamConfig
-    from evolvable.store import Store
 
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     engine = Engine(model, tokenizer, max_batch=max_batch)
     policy = ServerThread(policy_app(engine)).start()
-    store = Store.open(f"sqlite:///{workdir / 'store.db'}")
-    config = ProxyConfig(
-        upstreams=[UpstreamConfig(name="policy", base_url=policy.url + "/v1")], spool_dir=workdir / "spool"
-    ).validate()
-    proxy = ServerThread(proxy_app(config, store)).start()
     try:
-        yield LocalStack(engine, policy, proxy, store)
+        config = parse_config(
+            {
+                "store": {"url": f"sqlite:///{workdir / 'store.db'}"},
+                "proxy": {"spool_dir": str(workdir / "spool")},
+                "policy_servers": [{"name": "policy", "kind": "embedded", "url": policy.url}],
+                "governance": {"enabled": False},
+                "control": {"enabled": False},
+            },
+            source="the local rollout stack",
+        )
+        with build_stack(config) as stack:
+            proxy = ServerThread(stack.app).start()
+            try:
+                yield LocalStack(engine, policy, proxy, stack.store)
+            finally:
+                proxy.stop()
     finally:
-        proxy.stop()
         policy.stop()
         engine.stop()
-        store.close()

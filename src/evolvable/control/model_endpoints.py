@@ -1,0 +1,25 @@
+"""Settings of the models the control plane itself calls, as plain data the composition root fills in.
+
+`EvolverModel` (control/evolvers/reflective.py) writes skill and prompt edits; `JudgeModel` scores runs
+against a rubric. The control plane receives them as settings and never reads the configuration itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from evolvable.control.evolvers.reflective import EvolverModel
+
+
+@dataclass(frozen=True)
+class JudgeModel:
+    """An OpenAI-compatible model that judges runs of an agent against a rubric."""
+
+    base_url: str
+    model: str
+    api_key: str = "not-needed"
+    rubric: str | None = None
+    timeout_s: float = 60.0
+
+
+__all__ = ["EvolverModel", "JudgeModel"]
