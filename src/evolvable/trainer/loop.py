@@ -656,15 +656,22 @@ def main(argv: list[str] | None = None) -> None:
     except BaseException as err:
         if _is_main_process():
             out.mkdir(parents=True, exist_ok=True)
-            (out / ERROR_MARKER).write_text(json.dumps({"error": f"{type(err).__name__}: {err}"}))
+            _write_marker(out / ERROR_MARKER, {"error": f"{type(err).__name__}: {err}"})
         raise
     if _is_main_process():
-        (out / RESULT_MARKER).write_text(json.dumps(asdict(result), default=str))
+        _write_marker(out / RESULT_MARKER, asdict(result))
         print(json.dumps({"adapter_dir": result.adapter_dir, "metrics": result.metrics}))
 
 
 RESULT_MARKER = "result.json"
 ERROR_MARKER = "error.json"
+
+
+def _write_marker(path: Path, payload: dict[str, Any]) -> None:
+    """Whole or not at all: whoever polls for the marker never reads half of it."""
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(payload, default=str))
+    os.replace(partial, path)
 
 
 def _is_main_process() -> bool:
