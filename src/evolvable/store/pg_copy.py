@@ -30,8 +30,12 @@ def copy_insert(conn: sa.Connection, table: sa.Table, rows: Sequence[Mapping[str
 
     `fallback` is the dialect's `INSERT .. ON CONFLICT DO NOTHING` for `table`, used when COPY hits a conflict.
     """
-    if not rows:
-        return
+    if rows and not copy_new_rows(conn, table, rows):
+        conn.execute(fallback, rows)
+
+
+def copy_new_rows(conn: sa.Connection, table: sa.Table, rows: Sequence[Mapping[str, Any]]) -> bool:
+    """COPY `rows` into `table` if none of them conflicts with a stored row; False (nothing written) if one does."""
     columns = list(rows[0])
     converters = [_converter(table.c[name], conn.dialect) for name in columns]
     values = [[convert(row[name]) for name, convert in zip(columns, converters, strict=True)] for row in rows]
@@ -39,7 +43,8 @@ def copy_insert(conn: sa.Connection, table: sa.Table, rows: Sequence[Mapping[str
         with conn.begin_nested():
             _copy(conn, table.name, columns, values)
     except psycopg.errors.UniqueViolation:
-        conn.execute(fallback, rows)
+        return False
+    return True
 
 
 def _copy(conn: sa.Connection, table_name: str, columns: Sequence[str], values: Sequence[Sequence[Any]]) -> None:
