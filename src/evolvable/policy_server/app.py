@@ -2,7 +2,8 @@
 
 - `POST /v1/chat/completions`, `POST /v1/completions` (streaming and not, `n`, seeds, stops);
   `return_token_ids: true` adds `prompt_token_ids` and `choices[i].token_ids` (per delta when streaming);
-  `logprobs` adds per-token logprobs of the raw model distribution (temperature 1, before top-p).
+  `logprobs` adds per-token logprobs of the raw model distribution (temperature 1, before top-p);
+  `tools` / `tool_choice` are rendered and tool calls parsed into `tool_calls` (see `tools.py`).
 - `GET /v1/models`: the base model and every loaded adapter.
 - `POST /v1/load_lora_adapter {lora_name, lora_path}`, `POST /v1/unload_lora_adapter {lora_name}`.
 - `GET /health`, `GET /stats` (engine counters).
