@@ -34,7 +34,7 @@ from evolvable.protocol.models import (
     TrajectoryStatus,
     utcnow,
 )
-from evolvable.store import pg_copy
+from evolvable.store import pg_copy, sqlite_bulk
 from evolvable.store.rows import header_row, signal_row, step_row
 from evolvable.store.tables.trajectories import applied_events, signals, steps, trajectories
 from evolvable.store.tables.types import UTCDateTime
@@ -68,7 +68,6 @@ def _statements(dialect: str) -> dict[str, Any]:
         "insert_signals": insert(signals).on_conflict_do_nothing(),
         "insert_trajectories": insert(trajectories).on_conflict_do_nothing(),
         "insert_headers": insert(trajectories).on_conflict_do_nothing().returning(t.id),
-        "claim": insert(applied_events).on_conflict_do_nothing().returning(ledger.event_id),
         "existing": sa.select(t.id, t.tenant_id, t.placeholder, t.status, t.ended_at, t.header).where(t.id.in_(ids)),
         "purged": sa.select(ledger.trajectory_id).where(ledger.trajectory_id.in_(ids), ~row_exists).distinct(),
         "headers": sa.select(t.id, t.header).where(t.id.in_(ids)),
@@ -121,12 +120,14 @@ def apply(conn: sa.Connection, events: Sequence[AnyEvent]) -> int:
 
 
 def _insert_new(conn: sa.Connection, table: sa.Table, rows: Sequence[dict[str, Any]]) -> None:
-    """Insert rows, skipping those already stored. Many rows on PostgreSQL go through COPY; few, or
-    SQLite's, through one executemany (COPY in a savepoint costs extra round trips, worth it in bulk)."""
+    """Insert rows, skipping those already stored: SQLite through the driver's executemany; PostgreSQL
+    through COPY when there are many (a COPY in a savepoint costs extra round trips), else executemany."""
     if not rows:
         return
     insert = _statements(conn.dialect.name)[f"insert_{table.name}"]
-    if conn.dialect.name == "postgresql" and len(rows) >= COPY_MIN_ROWS:
+    if conn.dialect.name == "sqlite":
+        sqlite_bulk.insert_or_ignore(conn, table, rows)
+    elif len(rows) >= COPY_MIN_ROWS:
         pg_copy.copy_insert(conn, table, rows, fallback=insert)
     else:
         conn.execute(insert, rows)
@@ -167,8 +168,12 @@ def _claim(conn: sa.Connection, batch: Sequence[AnyEvent]) -> set[str]:
                 {"ids": [e.event_id for e in ordered], "tids": [e.trajectory_id for e in ordered], "now": now},
             )
         )
-    rows = [{"event_id": e.event_id, "trajectory_id": e.trajectory_id, "applied_at": now} for e in ordered]
-    return set(conn.scalars(_statements(conn.dialect.name)["claim"], rows))
+    # SQLite: one writer at a time, so "which are new" then a plain executemany cannot race.
+    stored = sqlite_bulk.existing_keys(conn, applied_events.c.event_id, [e.event_id for e in ordered])
+    fresh = [e for e in ordered if e.event_id not in stored]
+    rows = [{"event_id": e.event_id, "trajectory_id": e.trajectory_id, "applied_at": now} for e in fresh]
+    sqlite_bulk.insert_or_ignore(conn, applied_events, rows)
+    return {e.event_id for e in fresh}
 
 
 _PG_CLAIM = sa.text(
