@@ -22,7 +22,8 @@ from evolvable.protocol.models import (
     TrajectoryStatus,
     events_for,
 )
-from evolvable.store import Store, TrajectoryFilter, ingest
+from evolvable.store import Store, TrajectoryFilter, ingest, sqlite_bulk
+from evolvable.store.engine import create_engine
 from evolvable.store.tables.trajectories import steps
 
 MANY = ingest.COPY_MIN_ROWS * 3
@@ -150,3 +151,20 @@ def test_ends_in_the_batch_of_their_start_equal_ends_applied_later(db_url: str, 
     assert folded.status == TrajectoryStatus.completed and folded.ended_at == ends[1].ended_at
     assert folded.metadata == {"intent": "order_status", "split": "train", "reason": "timeout", "closed_by": "client"}
     assert folded.model_copy(update={"id": again.id, "ended_at": None}) == updated.model_copy(update={"ended_at": None})
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        datetime(2026, 11, 3, 9, 30, tzinfo=UTC),
+        datetime(2026, 11, 3, 9, 30, 0, 7, tzinfo=timezone(timedelta(hours=-7))),
+        datetime(2026, 1, 1),
+        None,
+    ],
+)
+def test_sqlite_fast_datetime_text_equals_sqlalchemys(value: datetime | None) -> None:
+    """The bulk path writes the exact text SQLAlchemy's UTCDateTime would (range filters compare text)."""
+    engine = create_engine("sqlite://")
+    process = steps.c.started_at.type.dialect_impl(engine.dialect).bind_processor(engine.dialect)
+    assert sqlite_bulk.sqlite_utc_text(value) == process(value)
+    engine.dispose()
