@@ -250,7 +250,8 @@ def run_backend(name: str, url: str, plan: dict[str, int], progress: Progress) -
 
 def run_worker(backend: str, url: str, plan: dict[str, int]) -> None:
     """One backend's measurements in this process (whichever `evolvable` is importable); JSON to stdout."""
-    with Progress(console=Console(stderr=True), transient=True) as progress:
+    # No progress display here: its refresh thread would count in the client CPU figures.
+    with Progress(console=Console(stderr=True), transient=True, disable=True) as progress:
         result = run_backend(backend, url, plan, progress)
     sys.stdout.write(json.dumps(result))
 
