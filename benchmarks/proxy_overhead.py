@@ -34,6 +34,9 @@ from typing import Any
 
 from evolvable.policy_server.launcher import free_port
 
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_env import LoadMonitor, describe, environment, verdict_blocked
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "proxy_overhead.json"
 LITELLM_BIN = ROOT / ".venv-bench-litellm" / "bin" / "litellm"
@@ -528,8 +531,16 @@ def print_table(results: dict[str, Any]) -> None:
         )
     console = Console(width=max(Console().width, 140))
     console.print(table)
+    load = results.get("load_average")
+    if load is not None:
+        console.print(describe(load))
+    blocked = verdict_blocked(load) if load is not None else None
     for key, value in results.get("checks", {}).items():
+        if blocked is not None and key.startswith("target_"):
+            continue
         console.print(f"{key}: {value:.3f}" if isinstance(value, float) else f"{key}: {value}")
+    if blocked is not None:
+        console.print(blocked)
 
 
 def main() -> None:
@@ -560,10 +571,17 @@ def main() -> None:
         run_load(args.url, args.concurrency, args.duration, args.stream, args.warmup, args.auth, args.out)
     else:
         concurrencies = [int(c) for c in args.concurrency.split(",")]
-        results = orchestrate(
-            args.duration, args.skip_litellm, concurrencies, args.rounds, not args.no_boost, args.evolvable_config
-        )
+        with LoadMonitor() as monitor:
+            results = orchestrate(
+                args.duration, args.skip_litellm, concurrencies, args.rounds, not args.no_boost, args.evolvable_config
+            )
         results["machine"]["loadavg_end"] = os.getloadavg()
+        results["load_average"] = monitor.summary()
+        results["environment"] = environment(results["load_average"])
+        blocked = verdict_blocked(results["load_average"])
+        if blocked is not None:  # the figures stay; verdicts under this load would mislead
+            results["checks"] = {k: v for k, v in results["checks"].items() if not k.startswith("target_")}
+            results["verdict"] = blocked
         args.results.parent.mkdir(parents=True, exist_ok=True)
         args.results.write_text(json.dumps(results, indent=2))
         print_table(results)

@@ -2,7 +2,8 @@
 
 - `POST /v1/chat/completions`, `POST /v1/completions` (streaming and not, `n`, seeds, stops);
   `return_token_ids: true` adds `prompt_token_ids` and `choices[i].token_ids` (per delta when streaming);
-  `logprobs` adds per-token logprobs of the raw model distribution (temperature 1, before top-p).
+  `logprobs` adds per-token logprobs of the raw model distribution (temperature 1, before top-p);
+  `tools` / `tool_choice` are rendered and tool calls parsed into `tool_calls` (see `tools.py`).
 - `GET /v1/models`: the base model and every loaded adapter.
 - `POST /v1/load_lora_adapter {lora_name, lora_path}`, `POST /v1/unload_lora_adapter {lora_name}`.
 - `GET /health`, `GET /stats` (engine counters), `GET /metrics` (Prometheus).
@@ -16,7 +17,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 import orjson
@@ -33,6 +34,16 @@ from evolvable.policy_server.schemas import (
     CompletionRequest,
     LoadLoraAdapterRequest,
     UnloadLoraAdapterRequest,
+)
+from evolvable.policy_server.tools import (
+    CLOSE,
+    ToolCallStream,
+    ToolChoice,
+    ToolOutputError,
+    ToolRequestError,
+    parse_answer,
+    render_messages,
+    resolve_tool_choice,
 )
 from evolvable.telemetry.metrics import CONTENT_TYPE, POLICY_REGISTRY, exposition
 
@@ -65,6 +76,7 @@ def create_app(engine: Engine, *, aliases: tuple[str, ...] = ()) -> FastAPI:
     """The ASGI app serving `engine`. The app's lifespan starts the engine thread; the caller stops it.
     `aliases` are extra model names that select the base model (for example its display name)."""
     base_names = {engine.model_name, *aliases}
+    template_renders_tools = "tools" in str(getattr(engine.tokenizer, "chat_template", None) or "")
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -84,6 +96,14 @@ def create_app(engine: Engine, *, aliases: tuple[str, ...] = ()) -> FastAPI:
     @app.exception_handler(AdapterError)
     async def _adapter_error(_: Request, err: AdapterError) -> Response:
         return _error(err.status_code, str(err), "NotFoundError" if err.status_code == 404 else "BadRequestError")
+
+    @app.exception_handler(ToolRequestError)
+    async def _tool_request_error(_: Request, err: ToolRequestError) -> Response:
+        return _error(400, str(err))
+
+    @app.exception_handler(ToolOutputError)
+    async def _tool_output_error(_: Request, err: ToolOutputError) -> Response:
+        return _error(500, str(err), "server_error", "tool_call_parse_error")
 
     @app.exception_handler(EvolvableError)
     async def _known_error(_: Request, err: EvolvableError) -> Response:
@@ -165,32 +185,41 @@ def create_app(engine: Engine, *, aliases: tuple[str, ...] = ()) -> FastAPI:
     async def chat_completions(request: Request) -> Response:
         body: ChatCompletionRequest = await parse(request, ChatCompletionRequest)
         adapter = resolve_adapter(body.model)
+        tool_choice = _tool_choice(body)
         messages = [_normalise_message(m) for m in body.messages]
+        template_tools = body.tools if tool_choice.active and template_renders_tools else None
+        if not template_renders_tools:
+            messages = render_messages(messages, body.tools, tool_choice)
         prompt_ids = await asyncio.to_thread(
             engine.chat_prompt_ids,
             messages,
-            body.tools,
+            template_tools,
             add_generation_prompt=body.add_generation_prompt,
             continue_final_message=body.continue_final_message,
         )
+        if tool_choice.prefill:  # the answer starts inside a call: part of the prompt, not of the completion
+            prompt_ids = prompt_ids + engine.text_prompt_ids(tool_choice.prefill)
         engine.check_request(prompt_ids, adapter)
         top = (body.top_logprobs or 0) if body.logprobs else 0
         params = [body.sampling_params(i, top, body.effective_max_tokens) for i in range(body.n)]
+        if tool_choice.stops_after_one_call:
+            params = [replace(p, stop=[*p.stop, CLOSE]) for p in params]
         meta = _Meta("chatcmpl", body.model)
         if body.stream:
             streams = [engine.stream(prompt_ids, p, adapter) for p in params]
-            return _sse(_chat_chunks(engine, body, meta, prompt_ids, streams))
+            return _sse(_chat_chunks(engine, body, meta, prompt_ids, streams, tool_choice))
         results = await asyncio.gather(*(engine.generate(prompt_ids, p, adapter) for p in params))
         _raise_for_failures(results)
         choices = []
         for index, result in enumerate(results):
+            message, finish_reason = _chat_message(result.text, result.finish_reason, tool_choice)
             choice: dict[str, Any] = {
                 "index": index,
-                "message": {"role": "assistant", "content": result.text},
+                "message": message,
                 "logprobs": _chat_logprobs(engine, result.token_ids, result.logprobs, result.top_logprobs, top)
                 if body.logprobs
                 else None,
-                "finish_reason": result.finish_reason,
+                "finish_reason": finish_reason,
             }
             if body.return_token_ids:
                 choice["token_ids"] = result.token_ids
@@ -263,6 +292,28 @@ def _normalise_message(message: dict[str, Any]) -> dict[str, Any]:
     if content is None:
         return {**message, "content": ""}
     return message
+
+
+def _tool_choice(body: ChatCompletionRequest) -> ToolChoice:
+    """The request's tools and tool_choice, checked; legacy `functions` are refused rather than ignored."""
+    if body.model_extra and {"functions", "function_call"} & body.model_extra.keys():
+        raise ApiError(400, "`functions` and `function_call` are not supported; send `tools` and `tool_choice`")
+    choice = resolve_tool_choice(body.tools, body.tool_choice, body.parallel_tool_calls)
+    if choice.prefill and (body.continue_final_message or not body.add_generation_prompt):
+        raise ApiError(400, f"tool_choice {choice.mode!r} starts a new assistant turn; it cannot continue one")
+    return choice
+
+
+def _chat_message(text: str, finish_reason: str | None, choice: ToolChoice) -> tuple[dict[str, Any], str | None]:
+    """The assistant message of a whole answer, with tool calls parsed out when tools are in play."""
+    if not choice.active:
+        return {"role": "assistant", "content": text}, finish_reason
+    parsed = parse_answer(text, choice)
+    message: dict[str, Any] = {"role": "assistant", "content": parsed.content}
+    if not parsed.tool_calls:
+        return message, finish_reason
+    message["tool_calls"] = parsed.tool_calls
+    return message, "tool_calls"
 
 
 def _raise_for_failures(results: list[GenerationResult]) -> None:
@@ -353,9 +404,11 @@ async def _chat_chunks(
     meta: _Meta,
     prompt_ids: list[int],
     streams: list[AsyncIterator[StepUpdate]],
+    tool_choice: ToolChoice,
 ) -> AsyncIterator[dict[str, Any] | str]:
     top = (body.top_logprobs or 0) if body.logprobs else 0
     completion_tokens = 0
+    parsers = [ToolCallStream(tool_choice) for _ in range(body.n)]
     for index in range(body.n):
         first: dict[str, Any] = {
             "index": index,
@@ -372,22 +425,44 @@ async def _chat_chunks(
         if update.finish_reason in ("error", "abort", UNKNOWN_ADAPTER):
             yield {"error": {"message": "generation failed inside the engine", "type": "server_error", "code": 500}}
             return
-        choice: dict[str, Any] = {
-            "index": index,
-            "delta": {"content": update.text_delta} if update.text_delta or update.finish_reason is None else {},
-            "logprobs": _chat_logprobs(engine, update.token_ids, update.logprobs, update.top_logprobs, top)
+        try:
+            deltas, finish_reason = _stream_deltas(update, parsers[index] if tool_choice.active else None)
+        except ToolOutputError as err:
+            yield {"error": {"message": str(err), "type": "server_error", "code": "tool_call_parse_error"}}
+            return
+        logprobs = (
+            _chat_logprobs(engine, update.token_ids, update.logprobs, update.top_logprobs, top)
             if body.logprobs
-            else None,
-            "finish_reason": update.finish_reason,
-        }
-        if body.return_token_ids:
-            choice["token_ids"] = update.token_ids
-        yield meta.envelope("chat.completion.chunk", [choice], None)
+            else None
+        )
+        for position, delta in enumerate(deltas):  # token ids and logprobs ride on the first chunk of the update
+            choice: dict[str, Any] = {
+                "index": index,
+                "delta": delta,
+                "logprobs": logprobs if position == 0 else None,
+                "finish_reason": finish_reason if position == len(deltas) - 1 else None,
+            }
+            if body.return_token_ids:
+                choice["token_ids"] = update.token_ids if position == 0 else []
+            yield meta.envelope("chat.completion.chunk", [choice], None)
     if body.include_usage:
         usage = {"prompt_tokens": len(prompt_ids), "completion_tokens": completion_tokens}
         usage["total_tokens"] = usage["prompt_tokens"] + completion_tokens
         yield {**meta.envelope("chat.completion.chunk", [], None), "usage": usage}
     yield "[DONE]"
+
+
+def _stream_deltas(update: StepUpdate, parser: ToolCallStream | None) -> tuple[list[dict[str, Any]], str | None]:
+    """The chat deltas of one engine update (at least one), and the finish reason to send with the last."""
+    if parser is None:
+        return [{"content": update.text_delta} if update.text_delta or update.finish_reason is None else {}], (
+            update.finish_reason
+        )
+    deltas = parser.feed(update.text_delta)
+    if update.finish_reason is None:
+        return deltas or [{}], None
+    deltas += parser.finish()
+    return deltas or [{}], "tool_calls" if parser.calls else update.finish_reason
 
 
 def _text_choice(

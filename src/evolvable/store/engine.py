@@ -34,7 +34,7 @@ class RawJSON(str):
 _ESCAPED_NUL = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
 
 
-def _dumps(value: Any) -> str:
+def dumps_json(value: Any) -> str:
     text = value if isinstance(value, RawJSON) else orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
     if "\\u0000" in text:
         # PostgreSQL's jsonb rejects NUL characters, and model output or tool results can contain them:
@@ -61,7 +61,7 @@ def create_engine(url: str) -> sa.Engine:
     if parsed.get_backend_name() == "sqlite":
         return _sqlite_engine(parsed)
     return sa.create_engine(
-        parsed, pool_pre_ping=True, json_serializer=_dumps, json_deserializer=orjson.loads, pool_size=10
+        parsed, pool_pre_ping=True, json_serializer=dumps_json, json_deserializer=orjson.loads, pool_size=10
     )
 
 
@@ -73,7 +73,7 @@ def _sqlite_engine(url: URL) -> sa.Engine:
         Path(database).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
     engine = sa.create_engine(
         url,
-        json_serializer=_dumps,
+        json_serializer=dumps_json,
         json_deserializer=orjson.loads,
         connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},
     )

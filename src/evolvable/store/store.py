@@ -21,6 +21,9 @@ log = logging.getLogger(__name__)
 
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 _T = trajectories.c
+# Bodies as the stored JSON text, not decoded: `assemble` hands them to pydantic's JSON parser in one piece.
+_STEP_TEXT = sa.cast(steps.c.body, sa.Text)
+_SIGNAL_TEXT = sa.cast(signals.c.body, sa.Text)
 
 
 class Store:
@@ -104,13 +107,17 @@ class Store:
             header = conn.execute(sa.select(trajectories).where(_T.id == trajectory_id)).mappings().first()
             if header is None or (tenant_id is not None and header["tenant_id"] != tenant_id):
                 raise NotFound(f"trajectory {trajectory_id} not found")
-            step_bodies = conn.scalars(
-                sa.select(steps.c.body).where(steps.c.trajectory_id == trajectory_id).order_by(steps.c.seq)
+            step_rows = conn.execute(
+                sa.select(steps.c.step_id, _STEP_TEXT)
+                .where(steps.c.trajectory_id == trajectory_id)
+                .order_by(steps.c.seq)
             )
-            signal_bodies = conn.scalars(
-                sa.select(signals.c.body).where(signals.c.trajectory_id == trajectory_id).order_by(signals.c.seq)
+            signal_rows = conn.execute(
+                sa.select(signals.c.step_id, _SIGNAL_TEXT)
+                .where(signals.c.trajectory_id == trajectory_id)
+                .order_by(signals.c.seq)
             )
-            return assemble(header, step_bodies, signal_bodies)
+            return assemble(header, step_rows.tuples(), signal_rows.tuples())
 
     def get_header(self, trajectory_id: str, tenant_id: str | None = None) -> TrajectoryHeader:
         """The header alone (no steps or signals); NotFound as for get_trajectory."""
@@ -157,21 +164,21 @@ class Store:
                     return
                 ids = [h["id"] for h in headers]
                 step_rows = conn.execute(
-                    sa.select(steps.c.trajectory_id, steps.c.body)
+                    sa.select(steps.c.trajectory_id, steps.c.step_id, _STEP_TEXT)
                     .where(steps.c.trajectory_id.in_(ids))
                     .order_by(steps.c.seq)
                 ).all()
                 signal_rows = conn.execute(
-                    sa.select(signals.c.trajectory_id, signals.c.body)
+                    sa.select(signals.c.trajectory_id, signals.c.step_id, _SIGNAL_TEXT)
                     .where(signals.c.trajectory_id.in_(ids))
                     .order_by(signals.c.seq)
                 ).all()
-            by_steps: dict[str, list[Any]] = {i: [] for i in ids}
-            by_signals: dict[str, list[Any]] = {i: [] for i in ids}
-            for tid, body in step_rows:
-                by_steps[tid].append(body)
-            for tid, body in signal_rows:
-                by_signals[tid].append(body)
+            by_steps: dict[str, list[tuple[str, str]]] = {i: [] for i in ids}
+            by_signals: dict[str, list[tuple[str | None, str]]] = {i: [] for i in ids}
+            for tid, step_id, text in step_rows:
+                by_steps[tid].append((step_id, text))
+            for tid, step_id, text in signal_rows:
+                by_signals[tid].append((step_id, text))
             del step_rows, signal_rows
             for h in headers:
                 yield assemble(h, by_steps.pop(h["id"]), by_signals.pop(h["id"]))

@@ -1,0 +1,160 @@
+"""What a benchmark needs to say about the machine it ran on: load average during the run, the
+environment (python, packages, CPU count), and whether a target verdict means anything.
+
+A target verdict measured while other jobs kept more tasks runnable than there are cores says more
+about those jobs than about the code, so `verdict_blocked` returns the reason instead and scripts
+print it in place of met / not met.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import threading
+from importlib import metadata
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+PACKAGES = (
+    "evolvable",
+    "sqlalchemy",
+    "psycopg",
+    "psycopg-binary",
+    "pydantic",
+    "pydantic-core",
+    "orjson",
+    "msgspec",
+    "aiohttp",
+    "uvloop",
+    "fastapi",
+    "uvicorn",
+    "torch",
+    "transformers",
+)
+
+
+class LoadMonitor:
+    """Samples the machine's load while a benchmark runs: the 1-minute load average, and how many tasks
+    outside the benchmark's own process tree were running or runnable (the load other jobs cause).
+
+    The second figure gates verdicts: a benchmark that saturates the cores on purpose (a closed-loop
+    load test) raises the load average by itself, which says nothing about interference.
+    """
+
+    def __init__(self, interval_s: float = 1.0) -> None:
+        self.interval_s = interval_s
+        self.load_samples: list[float] = []
+        self.other_samples: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="load-monitor", daemon=True)
+
+    def __enter__(self) -> LoadMonitor:
+        self._take()
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._take()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._take()
+
+    def _take(self) -> None:
+        self.load_samples.append(os.getloadavg()[0])
+        others = runnable_outside(os.getpid())
+        if others is not None:
+            self.other_samples.append(others)
+
+    def summary(self) -> dict[str, Any]:
+        """Load average (1 min) over the run, and other jobs' runnable tasks (mean, max)."""
+        others = self.other_samples
+        return {
+            "min": min(self.load_samples),
+            "mean": sum(self.load_samples) / len(self.load_samples),
+            "max": max(self.load_samples),
+            "other_jobs_runnable_mean": sum(others) / len(others) if others else None,
+            "other_jobs_runnable_max": max(others) if others else None,
+            "samples": len(self.load_samples),
+            "cpus": os.cpu_count(),
+        }
+
+
+def runnable_outside(root_pid: int) -> int | None:
+    """Tasks in state R (running or runnable) not descending from `root_pid`; None where /proc is missing."""
+    proc = Path("/proc")
+    if not (proc / "self" / "stat").exists():
+        return None
+    parents: dict[int, int] = {}
+    running: list[int] = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # exited meanwhile
+        state, ppid = stat[stat.rindex(")") + 2 :].split(" ", 2)[:2]
+        parents[int(entry.name)] = int(ppid)
+        if state == "R":
+            running.append(int(entry.name))
+    return sum(1 for pid in running if not _descends(pid, root_pid, parents))
+
+
+def _descends(pid: int, root: int, parents: dict[int, int]) -> bool:
+    while pid > 1:
+        if pid == root:
+            return True
+        pid = parents.get(pid, 0)
+    return pid == root
+
+
+def describe(load: dict[str, Any]) -> str:
+    """One line for the report."""
+    others = load.get("other_jobs_runnable_mean")
+    line = f"load average (1 min) during the run {load['min']:.2f}-{load['max']:.2f} (mean {load['mean']:.2f})"
+    if others is not None:
+        line += f"; other jobs' runnable tasks mean {others:.1f}, max {load['other_jobs_runnable_max']}"
+    return line + f"; {load['cpus']} cores"
+
+
+def verdict_blocked(load: dict[str, Any]) -> str | None:
+    """Why no target verdict should be printed for a run under this load, or None if it may be.
+
+    Blocked when other jobs kept more tasks runnable than there are cores, on average; where that
+    cannot be observed, when the load average itself exceeded the core count.
+    """
+    cpus = load["cpus"] or 1
+    others = load.get("other_jobs_runnable_mean")
+    busy, what = (others, "other jobs kept") if others is not None else (load["max"], "the load average reached")
+    if busy > cpus:
+        return (
+            f"no target verdict: {what} {busy:.1f} tasks runnable on {cpus} cores during the run "
+            f"(load average {load['min']:.1f}-{load['max']:.1f}); rerun on a quieter machine"
+        )
+    return None
+
+
+def environment(load: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Python, platform, CPU count, installed versions of the packages that matter, and the run's load."""
+    packages: dict[str, str] = {}
+    for name in PACKAGES:
+        try:
+            packages[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return {
+        "python": sys.version.split()[0],
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "packages": packages,
+        "load_average": load,
+    }
