@@ -7,6 +7,7 @@ import pytest
 from tests.dashboard.stack import ADMIN_KEY, AGENT, admin, bootstrap_agent, record_run, tenant_key
 
 from evolvable.control.models import DecisionState, Lever
+from evolvable.control.tenancy import ControlPlanes
 from evolvable.protocol.harness import Harness
 
 DATA_GETS = [
@@ -58,8 +59,9 @@ def test_every_data_endpoint_is_401_without_a_valid_key(stack) -> None:
 
 def test_a_tenant_key_sees_only_its_tenant(stack) -> None:
     server, plane = stack
-    for agent in ("desk-a", "desk-b", "shared"):
-        bootstrap_agent(plane, agent)
+    planes = ControlPlanes.single(plane)  # control is per (tenant, agent): each tenant's own versions
+    for tenant, agent in (("a", "desk-a"), ("b", "desk-b"), ("a", "shared"), ("b", "shared")):
+        bootstrap_agent(planes.plane(tenant), agent)
     key_a, key_b = tenant_key(server.url, "a"), tenant_key(server.url, "b")
     run_a = record_run(server.url, key_a, agent="desk-a", judge=0.5)
     run_b = record_run(server.url, key_b, agent="desk-b", judge=0.5)
@@ -82,25 +84,31 @@ def test_a_tenant_key_sees_only_its_tenant(stack) -> None:
     assert get(server.url, "/v1/dashboard/runs", key_a, tenant="b").json()["data"] == listed  # cannot widen
     queue = get(server.url, "/v1/dashboard/annotations", key_a).json()["data"]
     assert [q["trajectory_id"] for q in queue] == [run_a]
-    # Control and learning: only agents whose every run is the tenant's (not `shared`, not desk-b).
-    assert [a["agent"] for a in get(server.url, "/v1/dashboard/control", key_a).json()["data"]] == ["desk-a"]
-    assert [a["agent"] for a in get(server.url, "/v1/dashboard/learning", key_a).json()["data"]] == ["desk-a"]
-    assert list(get(server.url, "/v1/control/status", key_a).json()) == ["desk-a"]
+    # Control and learning: only the tenant's own control plane (its desk-a and its own `shared`, not desk-b).
+    control_a = get(server.url, "/v1/dashboard/control", key_a).json()["data"]
+    assert sorted(a["agent"] for a in control_a) == ["desk-a", "shared"] and {a["tenant"] for a in control_a} == {"a"}
+    learning_a = get(server.url, "/v1/dashboard/learning", key_a).json()["data"]
+    assert sorted(a["agent"] for a in learning_a) == ["desk-a", "shared"]
+    assert sorted(get(server.url, "/v1/control/status", key_a).json()) == ["desk-a", "shared"]
     assert get(server.url, "/v1/dashboard/control", key_a, agent="desk-b").status_code == 404
     assert get(server.url, "/v1/agents/desk-b/harness", key_a).status_code == 404
     assert get(server.url, "/v1/admin/tenants", key_a).status_code == 403
-    learning = get(server.url, "/v1/dashboard/learning", key_a).json()["data"][0]
+    learning = next(a for a in learning_a if a["agent"] == "desk-a")
     assert {r["id"] for r in learning["runs"]} == {run_a}
+    shared = next(a for a in learning_a if a["agent"] == "shared")
+    assert shared_b not in {r["id"] for r in shared["runs"]}  # tenant b's runs of its own `shared` stay b's
 
     everything = get(server.url, "/v1/dashboard/runs", ADMIN_KEY).json()["data"]
     assert {r["tenant_id"] for r in everything} == {"a", "b"}
     only_b = get(server.url, "/v1/dashboard/runs", ADMIN_KEY, tenant="b").json()["data"]
     assert {r["tenant_id"] for r in only_b} == {"b"}
-    assert {a["agent"] for a in get(server.url, "/v1/dashboard/control", ADMIN_KEY).json()["data"]} == {
-        "desk-a",
-        "desk-b",
-        "shared",
-    }
+    admin_view = get(server.url, "/v1/dashboard/control", ADMIN_KEY).json()["data"]
+    assert sorted((a["tenant"], a["agent"]) for a in admin_view) == [
+        ("a", "desk-a"),
+        ("a", "shared"),
+        ("b", "desk-b"),
+        ("b", "shared"),
+    ]
 
 
 def test_feedback_is_stored_as_a_user_feedback_signal(stack) -> None:
@@ -154,7 +162,8 @@ def test_the_annotation_queue_holds_runs_the_judge_was_unsure_about(stack) -> No
 
 @pytest.mark.parametrize("action", ["approve"])
 def test_control_actions_need_an_admin_key_and_are_audited(stack, action: str) -> None:
-    server, plane = stack
+    server, default_plane = stack
+    plane = ControlPlanes.single(default_plane).plane("acme")  # the tenant's own control plane
     bootstrap_agent(plane)
     active = plane.registry.current(AGENT, *_harness_active())
     key = tenant_key(server.url, "acme")
