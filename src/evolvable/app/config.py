@@ -201,10 +201,37 @@ class MemoryEvolverSection(Section):
     explore_tasks: int = Field(2, ge=0)
 
 
+class LauncherSection(Section):
+    """How the weights lever's training jobs run (docs/training.md). `inline` trains inside the tick
+    (tests, the demo); `local` and `command` run a background job the tick never waits for."""
+
+    kind: Literal["inline", "local", "command"] = "local"
+    num_processes: int = Field(1, ge=1)
+    tool: Literal["accelerate", "torchrun", "python"] = "accelerate"
+    """For `local`: accelerate launch, torchrun, or one plain Python process."""
+    template: str | None = None
+    """For `command`: the submit command with {command}, {job_dir}, {log}, {num_processes}
+    (Slurm `sbatch --parsable ... --wrap {command}`, a Kubernetes Job, `ray job submit -- {command}`)."""
+    cancel_template: str | None = None
+    max_attempts: int = Field(2, ge=1)
+    """A job whose process died without an outcome is resumed from its checkpoint until this many tries."""
+
+    @model_validator(mode="after")
+    def _template_for_command(self) -> LauncherSection:
+        if self.kind == "command" and not self.template:
+            raise ValueError("a `command` launcher needs `template`")
+        return self
+
+
 class WeightsEvolverSection(Section):
     output_dir: Path = Path(".evolvable/rl")
     overrides: dict[str, Any] = Field(default_factory=dict)
     """Trainer settings that override the defaults (epochs, lr, micro_batch_size...)."""
+    launcher: LauncherSection = Field(default_factory=LauncherSection)
+    snapshot_points: int = Field(3, ge=1)
+    """Snapshots of a job (evenly spaced, the last included) gated against the served policy."""
+    erasure: Literal["retire", "retrain"] = "retire"
+    """What a purge does to an adapter trained on purged runs (docs/training.md)."""
 
 
 class ControlSection(Section):

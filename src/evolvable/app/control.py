@@ -7,6 +7,7 @@ and the workload plugin that gives its gates replay tasks and safety probes.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -47,10 +48,37 @@ def control_config(config: EvolvableConfig) -> ControlConfig:
     )
 
 
-def evolvers(config: EvolvableConfig, proxy: ProxyConfig, policy_endpoints: dict[str, str]) -> dict[Lever, Any]:
+def weights_evolver(config: EvolvableConfig, store: Any, servers: tuple[str, ...]) -> Any:
+    """The weights lever: background jobs through the configured launcher, gated snapshots, hot-loading."""
+    from evolvable.control.evolvers.weights import WeightsEvolver
+    from evolvable.control.jobs import CommandLauncher, JobManager, LocalLauncher
+    from evolvable.control.snapshot_gate import SnapshotGateConfig
+    from evolvable.store.jobs import TrainingJobs
+
+    w = config.control.weights
+    launch = w.launcher
+    jobs = None
+    if launch.kind != "inline" and store is not None:
+        launcher: Any = (
+            LocalLauncher(num_processes=launch.num_processes, tool=launch.tool)
+            if launch.kind == "local"
+            else CommandLauncher(launch.template or "", launch.num_processes, launch.cancel_template)
+        )
+        jobs = JobManager(TrainingJobs(store.engine), launcher, Path(w.output_dir) / "jobs", launch.max_attempts)
+    return WeightsEvolver(
+        servers=servers,
+        output_root=w.output_dir,
+        config_overrides=dict(w.overrides) or None,
+        jobs=jobs,
+        gate=SnapshotGateConfig(points=w.snapshot_points),
+    )
+
+
+def evolvers(
+    config: EvolvableConfig, proxy: ProxyConfig, policy_endpoints: dict[str, str], store: Any = None
+) -> dict[Lever, Any]:
     from evolvable.control.evolvers import default_evolvers
     from evolvable.control.evolvers.memory import MemoryEvolver
-    from evolvable.control.evolvers.weights import WeightsEvolver
 
     c = config.control
     model = None
@@ -60,9 +88,7 @@ def evolvers(config: EvolvableConfig, proxy: ProxyConfig, policy_endpoints: dict
     servers = hot_load_targets(config.policy_servers, policy_endpoints)
     out = default_evolvers(model, policy_servers=servers)
     out[Lever.memory] = MemoryEvolver(per_cluster=c.memory.per_cluster, explore_tasks=c.memory.explore_tasks)
-    out[Lever.weights] = WeightsEvolver(
-        servers=servers, output_root=c.weights.output_dir, config_overrides=dict(c.weights.overrides) or None
-    )
+    out[Lever.weights] = weights_evolver(config, store, servers)
     return out
 
 
@@ -138,7 +164,7 @@ def build_planes(
     """Every tenant's plane, with its agents bootstrapped and their replay suites registered."""
     leader = LeaderLock(store.engine, lease_s=config.control.leader_lease_s)
     settings = control_config(config)
-    levers = evolvers(config, proxy, policy_endpoints or {})
+    levers = evolvers(config, proxy, policy_endpoints or {}, store)
     judge = judge_model(config, proxy)
     clusterers = ClustererStore(store.engine)
     clustering = ClusteringConfig(**config.control.clustering.model_dump())

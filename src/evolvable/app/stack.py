@@ -75,7 +75,7 @@ def _governance(config: EvolvableConfig, store: Any) -> Any:
         retention_interval_s=g.retention_interval_s,
         admin_key=admin_key,
         tokenizers=_tokenizers(config),
-        erasers=control_erasers(store.engine),
+        erasers=control_erasers(store.engine, config.control.weights.erasure),
     )
 
 

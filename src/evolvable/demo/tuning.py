@@ -70,6 +70,8 @@ def demo_configuration(cfg: DemoConfig, harness_file: Path) -> EvolvableConfig:
             "weights": {
                 "output_dir": str(cfg.report_dir / "adapters"),
                 "overrides": {"epochs": 1, "ppo_epochs": 2, "micro_batch_size": 4, "grad_accum_steps": 2, "lr": 2e-4},
+                # The demo's rounds are its clock: a round's tick trains and hands the adapter to the gates.
+                "launcher": {"kind": "inline"},
             },
         },
     }
