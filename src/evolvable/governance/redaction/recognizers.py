@@ -138,6 +138,12 @@ _PHONE_WORD = re.compile(
 )
 
 
+class RunChecker(Protocol):
+    """Checks one run of digits and separators (with `digits` digits) and appends its findings to `out`."""
+
+    def check(self, text: str, start: int, end: int, digits: int, out: list[Finding]) -> None: ...
+
+
 class NumberRecognizer:
     """Phones, cards, SSNs and IPv4 addresses live inside runs of digits and separators. One cheap scan finds
     those runs; each run is then matched only by the patterns its shape allows (a card needs 13+ digits, an
@@ -152,8 +158,10 @@ class NumberRecognizer:
         card: RegexRecognizer,
         ssn: RegexRecognizer,
         ipv4: RegexRecognizer,
+        national: RunChecker | None = None,
     ) -> None:
         self.intl_phone, self.us_phone, self.card, self.ssn, self.ipv4 = intl_phone, us_phone, card, ssn, ipv4
+        self.national = national
         # shortcuts for the commonest run shapes, which hold for the default card and IPv4 recognizers only
         self._card_shortcut = card.pattern is _CARD and card.validate is _card
         self._ipv4_shortcut = ipv4.pattern is _IPV4 and ipv4.validate is _public_ipv4
@@ -183,6 +191,10 @@ class NumberRecognizer:
                     shape = None
             else:
                 digits = len(v.digits_of(run))
+            if digits < 8 and not plus and dots < 3:
+                continue
+            if self.national is not None and not plus and digits <= 15:
+                self.national.check(text, run_start, run_end, digits, out)
             if digits < 9 and not plus and dots < 3:
                 continue
             end = run_end + 2 if run_end + 2 < n else n  # +2: let look-aheads see what follows
@@ -425,8 +437,8 @@ _SSN_CONTEXT = re.compile(
 )
 
 
-_NUMBER_RUN = re.compile(r"(?:\+|\(|\d)[\d .()+\-]{5,}\d")
-_RUN_CHARS = bytes(ord("1") if chr(b) in "0123456789 .()+-" else ord("0") for b in range(256))
+_NUMBER_RUN = re.compile(r"(?:\+|\(|\d)[\d .()+\-/]{5,}\d")
+_RUN_CHARS = bytes(ord("1") if chr(b) in "0123456789 .()+-/" else ord("0") for b in range(256))
 
 
 def number_runs(text: str) -> list[tuple[int, int]]:
@@ -446,8 +458,8 @@ def number_runs(text: str) -> list[tuple[int, int]]:
         if j == -1:
             j = len(shape)
         chars = text[i:j]
-        start = i + len(chars) - len(chars.lstrip(" .)-"))
-        end = i + len(chars.rstrip(" .()+-"))
+        start = i + len(chars) - len(chars.lstrip(" .)-/"))
+        end = i + len(chars.rstrip(" .()+-/"))
         if end - start >= 7:
             spans.append((start, end))
         i = shape.find(b"1111111", j)
@@ -493,9 +505,11 @@ def pii_recognizers() -> list[Recognizer]:
             validate=_public_ipv4,
         ),
     ]
+    from evolvable.governance.redaction.phones import NationalPhoneChecker
+
     return [
         EmailRecognizer(),
-        NumberRecognizer(*numbers),
+        NumberRecognizer(*numbers, national=NationalPhoneChecker()),
         RegexRecognizer("IBAN", _IBAN, validate=_iban, priority=60, gate=_may_hold_iban),
         RegexRecognizer(
             "SSN",
