@@ -326,9 +326,24 @@ class Values:
             "MODEL_NAME": lambda: r.choice(
                 ["gpt-4o-2024-08-06", "claude-3-5-sonnet-20241022", "llama-3.1-8b-instruct", "smollm2-135m"]
             ),
+            "PROPER": lambda: r.choice(PROPER_TUNED if self.config == "tuned" else PROPER_HELDOUT),
         }
         return gens[kind]()
 
+
+# Capitalised names of products, companies, places and screens: not people, so hard negatives.
+PROPER_TUNED = [
+    "Galaxy Buds Pro", "Microsoft Teams", "Google Drive", "Apple Pay", "Amazon Prime", "Visual Studio Code", "Power BI",
+    "New York", "Rio de Janeiro", "Buenos Aires", "Kuala Lumpur", "Hong Kong", "Tel Aviv", "Costa Rica", "San Diego",
+    "Deutsche Bank", "Banco Santander", "Air France", "Order History", "Account Settings", "Billing Portal",
+    "Azure DevOps", "Jira Cloud", "Mont Blanc", "Lake Como", "Santa Monica", "Salt Lake City", "Cape Town",
+]
+PROPER_HELDOUT = [
+    "Nintendo Switch", "Adobe Acrobat", "Slack Huddles", "Samsung Pay", "Dropbox Paper", "Notion Calendar",
+    "Sao Paulo", "Ho Chi Minh City", "Abu Dhabi", "Addis Ababa", "Porto Alegre", "Las Vegas", "Baton Rouge",
+    "Credit Suisse", "Raiffeisen Bank", "Royal Mail", "Payment Methods", "Delivery Options", "Loyalty Rewards",
+    "Vienna Philharmonic", "Lago Maggiore", "Monte Carlo", "Saint Petersburg", "Kilimanjaro Airport",
+]
 
 TUNED_REGIONS = [
     "GB",
@@ -463,6 +478,8 @@ TUNED_TEMPLATES: dict[str, list[str]] = {
         "Ask [[PERSON]] or [[PERSON]] whether the [[!May]] release ([[VERSION]]) fixed the login bug.",
         "My social security number [[SSN]] appears on the form; my phone is [[PHONE]].",
         "I ordered [[QUANTITY]] of [[SKU]] for [[PRICE]]; ISBN [[ISBN]] was missing from the box.",
+        "We use [[PROPER]] and [[PROPER]] for this; the office in [[PROPER]] handles returns for [[SKU]].",
+        "Open [[PROPER]] > [[PROPER]] and check order [[ORDER_ID]]; [[PERSON]] said it synced on [[DATE]].",
     ],
     "tool": [
         '{"name": "lookup_customer", "arguments": {"email": "[[EMAIL]]", "phone": "[[PHONE]]", "order_id": "[[ORDER_ID]]"}}',
@@ -513,6 +530,8 @@ HELDOUT_TEMPLATES: dict[str, list[str]] = {
         "Please escalate to Dr. [[LAST]]; the patient portal shows build [[VERSION]].",
         "I talked to [[FIRST]] yesterday and she said order [[ORDER_ID]] would ship by [[DATE]].",
         "The [[!Rose]] gold model [[SKU]] costs [[PRICE]]; [[QUANTITY]] in stock.",
+        "Paid with [[PROPER]] from [[PROPER]]; it shows under [[PROPER]] as [[INVOICE]].",
+        "Our team in [[PROPER]] switched to [[PROPER]]. Contact [[FIRST]] for access (version [[VERSION]]).",
     ],
     "tool": [
         '{"function": "create_ticket", "params": {"reporter": "[[PERSON]]", "contact_phone": "[[PHONE]]", "sku": "[[SKU]]"}}',

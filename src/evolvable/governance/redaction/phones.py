@@ -30,15 +30,15 @@ CANDIDATE_REGIONS = (
 )  # fmt: skip
 
 _DATE_LIKE = re.compile(
-    r"(?:\d{4}[-/.]\d{1,2}[-/.]\d{1,2}|\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4})(?:[ T]\d{1,2})?$"
-    r"|\d{4}[-/.]\d{1,2}[-/.]\d{1,2}\b"
+    r"(?:(?:19|20)\d\d[-/.]\d{1,2}[-/.]\d{1,2}|\d{1,2}[-/.]\d{1,2}[-/.](?:19|20)?\d\d)(?:[ T]\d{1,2})?$"
+    r"|(?:19|20)\d\d[-/.]\d{1,2}[-/.]\d{1,2}\b"
 )
 _SSN_SHAPE = re.compile(r"\d{3}(?P<sep> - | |\.|-)\d{2}(?P=sep)\d{4}")
 _PHONE_WORDS = re.compile(
     r"(?:phone|tel|mobile|mobil|cell|call|ring|sms|whatsapp|fax|handy|téléphone|telefono|teléfono|telefon|"
-    r"reach|contact)[^\n]{0,24}$"
+    r"reach|contact|(?:my|new|old|your|his|her|their|our) number)[^\n]{0,24}$"
 )
-_GROUPED = re.compile(r"^\(?\+?\d{1,5}\)?(?:[ .\-/]{1,2}\(?\d{1,8}\)?){1,6}$")
+_GROUPED = re.compile(r"^\(?\+?\d{1,6}\)?(?:(?:[ .\-/]{1,2}|(?<=\)))\(?\d{1,9}\)?){1,6}$")
 _ZERO_GROUP = re.compile(r"(?:^|[ .\-/])0(?:$|[ .\-/])")
 _DOTTED_QUAD = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
 

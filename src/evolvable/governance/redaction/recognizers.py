@@ -177,7 +177,7 @@ class NumberRecognizer:
             size = run_end - run_start
             plus = "+" in run
             dots = run.count(".")
-            if size < 10 and not plus and dots < 3:
+            if size < (8 if self.national is not None else 10) and not plus and dots < 3:
                 continue  # no international phone, no IPv4 address; a US phone, card or SSN needs 9+ digits
             # in ASCII text, digits as 0 and separators as `-` (one C translate) count the digits, and rule the
             # default US and SSN patterns out
@@ -889,7 +889,9 @@ class AssignmentSecretRecognizer:
 
 def default_recognizers() -> list[Recognizer]:
     """Every structured recognizer (no NER): PII first, then secrets; overlap resolution uses priorities."""
-    return [*pii_recognizers(), *secret_recognizers()]
+    from evolvable.governance.redaction.names import NameRecognizer
+
+    return [*pii_recognizers(), *secret_recognizers(), NameRecognizer()]
 
 
 def kinds(recognizers: Sequence[Recognizer]) -> list[str]:
