@@ -667,6 +667,24 @@ def secret_recognizers() -> list[Recognizer]:
             priority=90,
         ),
         RegexRecognizer(
+            "GITLAB_TOKEN",
+            re.compile(r"g(?<![A-Za-z0-9]g)l(?:pat|dt|ptt|rt|cbt|oas)-[A-Za-z0-9_\-]{20,64}" + tok),
+            exact_keywords=("glpat-", "gldt-", "glptt-", "glrt-", "glcbt-", "gloas-"),
+            priority=90,
+        ),
+        RegexRecognizer(
+            "NPM_TOKEN",
+            re.compile(r"n(?<![A-Za-z0-9]n)pm_[A-Za-z0-9]{36}" + tok),
+            exact_keywords=("npm_",),
+            priority=90,
+        ),
+        RegexRecognizer(
+            "SENDGRID_KEY",
+            re.compile(r"S(?<![A-Za-z0-9]S)G\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43}" + tok),
+            exact_keywords=("SG.",),
+            priority=90,
+        ),
+        RegexRecognizer(
             "JWT",
             re.compile(r"eyJ(?<![A-Za-z0-9_\-]eyJ)[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*" + tok),
             exact_keywords=("eyJ",),
@@ -711,7 +729,7 @@ _COMMON_NON_SECRET_ENDINGS = "".join(
     )
 )  # fmt: skip
 _KEY_HINT = re.compile(
-    r"""(?:pass|pwd|secret|token|credential|key|auth|pw)(?P<rest>[a-z0-9_.\-]{0,64}+)"""
+    r"""(?:pass|pwd|secret|token|credential|key|auth|pw|_pat)(?P<rest>[a-z0-9_.\-]{0,64}+)"""
     + _COMMON_NON_SECRET_ENDINGS
     + r"""(?:\\{0,3}["'])?(?:[ \t]*[:=]| (?=\S))"""
 )
@@ -720,7 +738,7 @@ _KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123
 _ASSIGN_TAIL = re.compile(
     r"""(?:\\{0,3}["'])?[ \t]*(?::=|=>|=|:)[ \t]*"""
     r"""(?:(?P<q>\\{0,3}["'])(?P<qv>(?:(?!(?P=q))[^\n]){1,512}?)(?P=q)"""
-    r"""|(?P<v>[^\s"'\\,;<>(){}\[\]`&|]{1,512}))"""
+    r"""|(?P<v>(?:[^\s"'\\,;<>(){}\[\]`&|]|&(?![A-Za-z_][A-Za-z0-9_]*=)){1,512}))"""
 )
 _CLI_FLAG_TAIL = re.compile(r"""[ ](?P<v>[^\s"'\\,;<>(){}\[\]`&|-][^\s"'\\,;<>(){}\[\]`&|]{0,511})""")
 # `p(?<!\wp)` is `\bp` with the boundary checked after the literal, so the regex engine can skip to each `p`
@@ -728,7 +746,18 @@ _PROSE = re.compile(r"p(?<!\wp)(?:assword|asscode|assphrase|wd)\s+(?:is|was)\s+(
 _KEY_WORDS = re.compile(r"[_.\-]+|(?<=[a-z0-9])(?=[A-Z])")
 
 _PASSWORD_WORDS = frozenset({"password", "passwd", "passphrase", "passcode", "pwd", "pass", "pw", "secret"})
-_TOKEN_WORDS = frozenset({"token", "credential", "credentials", "auth", "apikey", "authtoken", "accesstoken"})
+_TOKEN_WORDS = frozenset({"token", "credential", "credentials", "auth", "apikey", "authtoken", "accesstoken", "pat"})
+_WORDS_ENDING_IN_KEY = frozenset({"monkey", "turkey", "donkey", "jockey", "hockey", "whiskey", "hotkey", "turnkey"})
+# `<word>_key` is a secret unless the word makes it an identifier or a lookup key (`cache_key`, `primary_key`)
+_NON_SECRET_KEY_QUALIFIERS = frozenset(
+    {
+        "cache", "primary", "foreign", "sort", "partition", "idempotency", "public", "row", "dedup", "dedupe", "lookup",
+        "map", "hash", "object", "redis", "i18n", "translation", "unique", "composite", "natural", "surrogate",
+        "shard", "routing", "group", "index", "search", "sequence", "ssh", "gpg", "pgp", "key", "hot", "short",
+        "music", "piano", "dict", "json", "yaml", "config", "setting", "settings", "registry", "storage", "s3",
+        "bucket", "kv", "cluster", "range", "hash_key", "message", "event", "metric", "label", "tag", "field",
+    }
+)  # fmt: skip
 _KEY_QUALIFIERS = frozenset(
     {
         "api", "access", "secret", "private", "auth", "signing", "encryption", "master", "session", "app",
@@ -790,6 +819,12 @@ def key_kind(key: str) -> str | None:
             return "token"
     if joined.endswith(("apikey", "accesskey", "secretkey", "privatekey", "authkey", "authtoken", "accesstoken")):
         return "token"
+    if joined.endswith(("pwd", "passwd", "pass", "pw")) and not joined.endswith(("bypass", "compass", "overpass")):
+        return "password"  # `ADMINPWD`, `keystorepass`
+    if words[-1].endswith("key") and len(joined) > 3 and words[-1] not in _WORDS_ENDING_IN_KEY:
+        qualifier = words[-2] if len(words) >= 2 and words[-1] == "key" else words[-1][:-3]
+        if qualifier and qualifier not in _NON_SECRET_KEY_QUALIFIERS:
+            return "token"  # `hmac_key`, `MASTERKEY`, `deploy_key`
     return None
 
 
@@ -805,7 +840,7 @@ def secret_value_ok(kind: str, value: str) -> bool:
 
 
 # `_KEY_HINT`'s words (`pwd` starts with `pw`, so its positions are among those)
-_HINT_WORDS = ("pass", "secret", "token", "credential", "key", "auth", "pw")
+_HINT_WORDS = ("pass", "secret", "token", "credential", "key", "auth", "pw", "_pat")
 
 
 _HINT_SEARCH = AhoCorasick(list(_HINT_WORDS)).find_matches_as_indexes
@@ -843,7 +878,7 @@ class AssignmentSecretRecognizer:
 
     kind = "SECRET"
     priority = 80
-    keywords = ("pass", "pwd", "secret", "token", "credential", "key", "auth", "pw")
+    keywords = ("pass", "pwd", "secret", "token", "credential", "key", "auth", "pw", "_pat")
 
     def find(self, text: str, lowered: str) -> Iterable[Finding]:
         if len(lowered) != len(text):  # a few Unicode letters change length when lowered: keep offsets aligned
@@ -889,9 +924,10 @@ class AssignmentSecretRecognizer:
 
 def default_recognizers() -> list[Recognizer]:
     """Every structured recognizer (no NER): PII first, then secrets; overlap resolution uses priorities."""
+    from evolvable.governance.redaction.addresses import AddressRecognizer
     from evolvable.governance.redaction.names import NameRecognizer
 
-    return [*pii_recognizers(), *secret_recognizers(), NameRecognizer()]
+    return [*pii_recognizers(), *secret_recognizers(), AddressRecognizer(), NameRecognizer()]
 
 
 def kinds(recognizers: Sequence[Recognizer]) -> list[str]:
