@@ -29,8 +29,8 @@ _SUFFIX_WORDS = (
 )  # fmt: skip
 # `<Name><glued suffix> <number>`: the suffix ends a capitalised word
 _GLUED_WORDS = (
-    "straße", "strasse", "str.", "weg", "allee", "gasse", "platz", "ring", "damm", "straat", "laan", "gracht",
-    "plein", "dijk", "kade", "vej", "gade", "gatan", "vägen", "veien", "gata", "steig", "ufer",
+    "straße", "strasse", "str.", "weg", "allee", "gasse", "platz", "damm", "straat", "laan", "gracht", "plein",
+    "dijk", "kade", "vej", "gade", "gatan", "vägen", "veien", "gata",
 )  # fmt: skip
 _GLUED_AFTER = re.compile(r"\.?,?[ ]" + _NUMBER + r"(?![\d.,]\d)")
 # `rue <name>` preceded by a number (French), or `Calle <Name> <number>` (Spanish, Italian, Portuguese, Polish, ...)
@@ -45,16 +45,21 @@ _PREFIX_NUMBER_BEFORE = re.compile(r"(?:^|(?<=[\s,;:(\"'>]))" + _NUMBER + r",?[ 
 _LATE_WORDS = ("utca", "út", "tér", "sokak", "caddesi", "sokağı")
 _LATE_BEFORE = re.compile(_CAP + r"[ ]$")
 
-_KINDS = {w: "suffix" for w in _SUFFIX_WORDS} | {w: "glued" for w in _GLUED_WORDS} | {w: "late" for w in _LATE_WORDS}
-_KINDS |= {w: "prefix" for w in _PREFIX_WORDS}  # `avenue` reads both ways: `12 avenue X` and `12 X Avenue`
+# Street words stand alone (a space before them), glued suffixes end a word; `avenue` reads both ways (`12 avenue
+# Foch`, `12 Elm Avenue`) and is tried as a suffix too.
+_KINDS = {" " + w: "suffix" for w in _SUFFIX_WORDS} | {" " + w: "late" for w in _LATE_WORDS}
+_KINDS |= {lead + w: "prefix" for w in _PREFIX_WORDS for lead in " \"'(>\n"} | {w: "glued" for w in _GLUED_WORDS}
 _SEARCH = AhoCorasick(sorted(_KINDS)).find_matches_as_indexes
+_DIGIT = re.compile(r"\d")
+_WORDS = sorted(_KINDS)
 _LETTER_AFTER = re.compile(r"[^\W_]")
 
 
 class AddressRecognizer:
     kind = "ADDRESS"
     priority = 40
-    keywords = tuple(sorted(_KINDS))
+    # No engine-level keywords: street words such as `st` and `way` occur in most texts, and the engine's keyword
+    # pass would list every occurrence; the recognizer's own search wants them preceded by a space.
 
     def find(self, text: str, lowered: str) -> Iterable[Finding]:
         if len(lowered) != len(text):
@@ -63,16 +68,19 @@ class AddressRecognizer:
             hits = _SEARCH(lowered, overlapping=True)
         except UnicodeEncodeError:  # a lone surrogate has no UTF-8 form
             return []
+        if not hits or _DIGIT.search(text) is None:
+            return []  # every address has a house number
         out: list[Finding] = []
         for index, start, end in hits:
-            word = self.keywords[index]
-            span = _read(text, word, _KINDS[word], start, end)
+            word = _WORDS[index]
+            kind = _KINDS[word]
+            if kind != "glued":
+                start += 1  # the leading space (or quote)
+            span = _read(text, word, kind, start, end)
+            if span is None and word.endswith("avenue"):
+                span = _suffix(text, start, end)
             if span is not None:
                 out.append(Finding(span[0], span[1], self.kind, self.priority))
-        if "avenue" in lowered:  # `12 Elm Avenue` as well as `12 avenue Foch`
-            for index, start, end in hits:
-                if self.keywords[index] == "avenue" and (span := _suffix(text, start, end)) is not None:
-                    out.append(Finding(span[0], span[1], self.kind, self.priority))
         return out
 
 

@@ -34,7 +34,9 @@ from evolvable.governance.redaction.recognizers import Finding
 # Capitalised words: an upper-case letter, then letters, with inner apostrophes and hyphens (`O'Brien`,
 # `Okafor-Eze`). The class starts with lower-case letters of the Latin Extended blocks too (upper and lower alternate
 # there); the first letter is checked in Python.
-_WORD = re.compile(r"[A-ZÀ-ÖØ-ÞĀ-ɏḀ-ỿ][^\W\d_]*(?:['’\-][^\W\d_]+)*")
+_WORD = re.compile(
+    r"[A-ZÀ-ÖØ-ÞĀ-ɏḀ-ỿ](?<!(?<!\\)[^\W_][A-ZÀ-ÖØ-ÞĀ-ɏḀ-ỿ])[^\W\d_]*(?:['’\-][^\W\d_]+)*"
+)  # not inside a word (`GitHub`), except right after a JSON escape (`\nMaria`)
 _PARTICLES = frozenset(
     "van von der den de del della di da das dos du la le bin ibn al el ter ten zu y e".split()  # noqa: SIM905
 )  # fmt: skip
@@ -53,15 +55,41 @@ _FIELDS = (
     "sender", "owner", "requester", "signatory", "employee", "patient", "guest", "passenger", "person",
 )  # fmt: skip
 _SIGNOFFS = ("regards", "best wishes", "sincerely", "cheers", "thanks", "best", "kind regards", "yours", "merci")
-_STRONG_BEFORE = re.compile(
-    r"(?:(?<![\w])(?:" + "|".join(re.escape(t) for t in _TITLES) + r")\.?[ ]+"
-    r"|(?<![\w])(?:dear|my name is|name is|signed|attn|attention)[ ,:]+"
-    r"|(?:" + "|".join(_FIELDS) + r")[\\\"']*[ ]*[:=][ ]*[\\\"']*"
-    r"|(?:" + "|".join(re.escape(s) for s in _SIGNOFFS) + r")[,!]?[ ]*(?:\\n|\n|\r\n))$"
-)
-_SALUTE_BEFORE = re.compile(r"(?<![\w])(?:" + "|".join(re.escape(s) for s in _SALUTATIONS) + r")[ ,:]+$")
 _SALUTE_AFTER = frozenset(",!.:;?\n\\")
-_WEAK_BEFORE = re.compile(r"(?<![\w])(?:" + "|".join(re.escape(s) for s in _WEAK) + r")[ ,:]+$")
+_NONE, _WEAK_CONTEXT, _SALUTE_CONTEXT, _STRONG_CONTEXT = range(4)
+_STRONG_PHRASES = ("dear", "my name is", "name is", "signed", "attn", "attention")
+
+
+def _ends_with_word(text: str, words: tuple[str, ...]) -> bool:
+    """`text` ends with one of `words`, not glued to a letter before it (C-level `endswith`, no regex)."""
+    for word in words:
+        if text.endswith(word):
+            i = len(text) - len(word)
+            if i == 0 or not text[i - 1].isalnum():
+                return True
+    return False
+
+
+def context_before(before: str) -> int:
+    """What the (lower-cased) text right before a capitalised word says about it: a title, a name field or a
+    sign-off (strong), a salutation, a weaker phrase (`talked to`, `from`), or nothing."""
+    if before.endswith(("\\n", "\n")):
+        head = before[:-2] if before.endswith("\\n") else before[:-1]
+        return _STRONG_CONTEXT if _ends_with_word(head.rstrip("\r ,!"), _SIGNOFFS) else _NONE
+    tail = before.rstrip(" ")
+    if not tail:
+        return _NONE
+    bare = tail.rstrip("\"'\\ ")
+    if bare.endswith((":", "=")) and _ends_with_word(bare[:-1].rstrip("\"'\\ "), _FIELDS):
+        return _STRONG_CONTEXT  # `"customer_name": "`, `assignee=`
+    if _ends_with_word(tail.rstrip("."), _TITLES) or _ends_with_word(tail.rstrip(",:"), _STRONG_PHRASES):
+        return _STRONG_CONTEXT
+    words = tail.rstrip(",:")
+    if _ends_with_word(words, _SALUTATIONS):
+        return _SALUTE_CONTEXT
+    return _WEAK_CONTEXT if _ends_with_word(words, _WEAK) else _NONE
+
+
 # Words that are never part of a name in business text although they may be surnames somewhere (`Bank`, `Street`).
 _STOP = frozenset(
     """
@@ -146,57 +174,73 @@ class NameRecognizer:
     def __init__(self) -> None:
         self._strength = _strengths()
         self._places, self._countries = _places()
+        self._codes: dict[str, int] = {}
+
+    def _code(self, word: str) -> int:
+        """-1: not shaped like a name (breaks a run); else strength * 2 + known. Cached per distinct word."""
+        code = self._codes.get(word)
+        if code is None:
+            if len(self._codes) > 200_000:
+                self._codes.clear()
+            if _name_shaped(word):
+                s, known = self._strength.get(word.lower(), (1, False))
+                code = s * 2 + known
+            else:
+                code = -1
+            self._codes[word] = code
+        return code
 
     def find(self, text: str, lowered: str) -> Iterable[Finding]:
         out: list[Finding] = []
-        strength = self._strength
-        group: list[tuple[int, int, int, bool]] = []  # (start, end, strength, known) of the current run
-        gap_end = -1
+        group: list[tuple[int, int, int]] = []  # (start, end, code) of the current run of name-like words
+        lead = -1  # start of a dictionary word joined right before the run (`New` York, `Please` Maria)
+        zero_start = zero_end = -2  # the last dictionary word seen
+        code_of = self._code
         for m in _WORD.finditer(text):
-            start, end = m.span()
-            if not text[start].isupper() or (start and text[start - 1].isalnum() and not _after_escape(text, start)):
+            start = m.start()
+            if not text[start].isupper():
                 continue
-            word = m.group()
-            if not _name_shaped(word):
-                self._close(text, group, out)
-                group = []
+            code = code_of(m.group())
+            if code <= 1:  # a dictionary word, or no name shape: ends the run
+                if group:
+                    cut = code >= 0 and _joins(text, group[-1][1], start)
+                    self._close(text, group, lead, m.end() if cut else -1, out)
+                    group = []
+                if code >= 0:
+                    zero_start, zero_end = start, m.end()
                 continue
-            s, known = strength.get(word.lower(), (1, False))
-            if group and not _joins(text, gap_end, start):
-                self._close(text, group, out)
+            if group and not _joins(text, group[-1][1], start):
+                self._close(text, group, lead, -1, out)
                 group = []
-            group.append((start, end, s, known))
-            gap_end = end
-        self._close(text, group, out)
+            if not group:
+                lead = zero_start if zero_end > 0 and _joins(text, zero_end, start) else -1
+            group.append((start, m.end(), code))
+        if group:
+            self._close(text, group, lead, -1, out)
         return out
 
-    def _close(self, text: str, group: list[tuple[int, int, int, bool]], out: list[Finding]) -> None:
-        """Decides whether a run of capitalised words (or a prefix of it) is a name."""
-        if len(group) >= 2 and text[group[0][0] : group[-1][1]].lower() in self._places:
-            return  # `Rio de Janeiro`, `Kuala Lumpur`
-        stripped = 0
-        while group and group[0][2] == 0:
-            group = group[1:]  # `Please Maria ...`, `Order Maria ...`: leading dictionary words are not the name
-            stripped += 1
-        if not group:
+    def _close(self, text: str, group: list[tuple[int, int, int]], lead: int, cut: int, out: list[Finding]) -> None:
+        """Decides whether a run of name-like words is a name. `lead`: start of a dictionary word joined before it
+        (or -1); `cut`: end of a dictionary word joined after it (`Chase Bank`), or -1."""
+        start, end = group[0][0], group[-1][1]
+        places = self._places
+        if (lead >= 0 and text[lead:end].lower() in places) or (cut >= 0 and text[start:cut].lower() in places):
+            return  # `New York`, `Kilimanjaro Airport`
+        if len(group) >= 2:
+            if text[start:end].lower() not in places:
+                out.append(Finding(start, end, self.kind, self.priority))  # `Maria Lopez`, `Kali Hautala`
             return
-        end_at = next((i for i, w in enumerate(group) if w[2] == 0), len(group))
-        words = group[:end_at]
-        start, end = words[0][0], words[-1][1]
-        if len(words) >= 2 and text[start:end].lower() in self._places:
+        code = group[0][2]
+        if code >= 4 and lead < 0 and cut < 0 and text[start:end].lower() not in self._countries:
+            out.append(Finding(start, end, self.kind, self.priority))  # `Priya` (a name and no English word)
             return
-        single_ok = words[0][2] == 2 and end_at == len(group) and not stripped
-        single_ok = single_ok and text[start:end].lower() not in self._countries
-        if len(words) >= 2 or single_ok:
-            out.append(Finding(start, end, self.kind, self.priority))  # `Maria Lopez`, `Kali Hautala`, `Priya`
-            return
-        before = text[max(0, start - 24) : start].lower()
-        if _STRONG_BEFORE.search(before):
+        context = context_before(text[max(0, start - 24) : start].lower())
+        if context == _STRONG_CONTEXT:
             out.append(Finding(start, end, self.kind, self.priority))  # `Mr. Brown`, `"name": "Will"`
-        elif end_at == len(group) and _SALUTE_BEFORE.search(before):
+        elif context == _SALUTE_CONTEXT and cut < 0:
             if end >= len(text) or text[end] in _SALUTE_AFTER:
                 out.append(Finding(start, end, self.kind, self.priority))  # `Hi Rose,`
-        elif end_at == len(group) and not words[0][3] and _WEAK_BEFORE.search(before):
+        elif context == _WEAK_CONTEXT and cut < 0 and not code & 1:
             out.append(Finding(start, end, self.kind, self.priority))  # `talked to Zsigmond` (no known word)
 
 
@@ -222,16 +266,13 @@ def _name_shaped(word: str) -> bool:
 _PARTS = re.compile(r"['’\-]")
 
 
-def _after_escape(text: str, start: int) -> bool:
-    """`\\nMaria` in JSON-escaped text: the `n` belongs to the escape."""
-    return start >= 2 and text[start - 2] == "\\" and text[start - 1] in "nrt"
-
-
 def _joins(text: str, gap_start: int, gap_end: int) -> bool:
     """Whether two capitalised words belong to one name: one space apart, or particles between them."""
+    if gap_end - gap_start == 1:
+        return text[gap_start] == " "
+    if gap_end - gap_start > 16:
+        return False
     gap = text[gap_start:gap_end]
-    if gap == " ":
-        return True
     if not gap.startswith(" ") or not gap.endswith(" ") or "\n" in gap:
         return False
     return all(w in _PARTICLES for w in gap.split())

@@ -150,9 +150,11 @@ class NationalPhoneChecker:
     national-format phone numbers of many countries, `00` international ones, and spaced/dotted US SSNs."""
 
     def check(self, text: str, start: int, end: int, digits: int, out: list[Finding]) -> None:
+        run = text[start:end]
+        if _DATE_LIKE.match(run):
+            return  # the commonest run: a date or a timestamp
         if (end < len(text) and (text[end].isalnum() or text[end] == "_")) or not free_left(text, start):
             return
-        run = text[start:end]
         if run[0] != "0" and digits == end - start and not _phone_word_before(text, start):
             return  # bare digits: only after a phone word (order ids and amounts look the same)
         if (ssn := _SSN_SHAPE.fullmatch(run)) is not None:
@@ -170,7 +172,7 @@ def _phone_word_before(text: str, start: int) -> bool:
 def _phone(text: str, start: int, run: str, digits: str) -> bool:
     if run.startswith("00"):
         return len(digits) >= 10 and valid_international(digits[2:])
-    if _DATE_LIKE.match(run) or _DOTTED_QUAD.fullmatch(run):
+    if _DOTTED_QUAD.fullmatch(run):
         return False
     if "." in run and (" " in run or (run.count(".") >= 2 and _after_version_word(text, start))):
         return False  # `200 0.85` (a status and a latency), `version 10.0.19045.3803`
