@@ -183,7 +183,11 @@ class NameRecognizer:
             if len(self._codes) > 200_000:
                 self._codes.clear()
             if _name_shaped(word):
-                s, known = self._strength.get(word.lower(), (1, False))
+                lower = word.lower()
+                found = self._strength.get(lower)
+                if found is None and lower.endswith("s") and self._strength.get(lower[:-1]) == (0, False):
+                    found = (0, False)  # the plural of a dictionary word (`Teams`, `Settings`)
+                s, known = found or (1, False)
                 code = s * 2 + known
             else:
                 code = -1

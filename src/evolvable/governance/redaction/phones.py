@@ -162,7 +162,7 @@ class NationalPhoneChecker:
                 out.append(Finding(start, end, "SSN", 60))
             return
         if _phone(text, start, run, v.digits_of(run)):
-            out.append(Finding(start, end, "PHONE", 45))
+            out.append(Finding(start, end, "PHONE", 50))
 
 
 def _phone_word_before(text: str, start: int) -> bool:
@@ -172,8 +172,8 @@ def _phone_word_before(text: str, start: int) -> bool:
 def _phone(text: str, start: int, run: str, digits: str) -> bool:
     if run.startswith("00"):
         return len(digits) >= 10 and valid_international(digits[2:])
-    if _DOTTED_QUAD.fullmatch(run):
-        return False
+    if _DOTTED_QUAD.fullmatch(run) and v.IPV4_OCTETS.fullmatch(run):
+        return False  # an IPv4 address (`40.67.39.09`, with a leading zero, is a phone number)
     if "." in run and (" " in run or (run.count(".") >= 2 and _after_version_word(text, start))):
         return False  # `200 0.85` (a status and a latency), `version 10.0.19045.3803`
     if _ZERO_GROUP.search(run):
