@@ -107,22 +107,38 @@ def _valid_in(region: _Region, nsn: str) -> bool:
     )
 
 
+def _index(regions: tuple[_Region, ...]) -> dict[tuple[str, int], tuple[_Region, ...]]:
+    """(trunk prefix written, national number length) -> the regions, in `CANDIDATE_REGIONS` order, where a
+    number so written can be valid: `valid_national` then tries only those (a few instead of 50)."""
+    index: dict[tuple[str, int], list[_Region]] = {}
+    for region in regions:
+        for length in region.lengths:
+            index.setdefault(("", length), []).append(region)
+            if region.trunk_literal:
+                index.setdefault((region.trunk_literal, length), []).append(region)
+    return {key: tuple(found) for key, found in index.items()}
+
+
+_INDEX = _index(_REGIONS)
+_TRUNKS = tuple(sorted({r.trunk_literal for r in _REGIONS if r.trunk_literal}))
+_PATTERN_TRUNK_REGIONS = tuple(r for r in _REGIONS if r.trunk is not None)
+
+
 @functools.lru_cache(maxsize=4096)
 def valid_national(digits: str) -> bool:
     """Whether `digits` (a number as written nationally, without country code) is a valid number of a region."""
-    for region in _REGIONS:
-        literal = region.trunk_literal
-        if literal is not None:
-            if digits.startswith(literal) and _valid_in(region, digits[len(literal) :]):
-                return True
-        elif (
-            region.trunk is not None
-            and (m := region.trunk.match(digits)) is not None
-            and m.end()
-            and _valid_in(region, digits[m.end() :])
-        ):
-            return True
+    for trunk in _TRUNKS:
+        if digits.startswith(trunk):
+            nsn = digits[len(trunk) :]
+            for region in _INDEX.get((trunk, len(nsn)), ()):
+                if region.trunk_literal == trunk and _valid_in(region, nsn):
+                    return True
+    for region in _INDEX.get(("", len(digits)), ()):
         if _valid_in(region, digits):
+            return True
+    for region in _PATTERN_TRUNK_REGIONS:  # trunk prefixes with carrier codes (Brazil, ...)
+        m = region.trunk.match(digits)  # type: ignore[union-attr]
+        if m is not None and m.end() and _valid_in(region, digits[m.end() :]):
             return True
     return False
 
