@@ -171,14 +171,19 @@ class NationalPhoneChecker:
             return  # the commonest run: a date or a timestamp
         if (end < len(text) and (text[end].isalnum() or text[end] == "_")) or not free_left(text, start):
             return
-        if run[0] != "0" and digits == end - start and not _phone_word_before(text, start):
-            return  # bare digits: only after a phone word (order ids and amounts look the same)
+        if digits == end - start and ((run[0] != "0" and not _phone_word_before(text, start)) or _epoch(run)):
+            return  # bare digits: only after a phone word (order ids and amounts look the same), never a Unix time
         if (ssn := _SSN_SHAPE.fullmatch(run)) is not None:
             if ssn.group("sep") != "-" and v.ssn_ok(v.digits_of(run)):
                 out.append(Finding(start, end, "SSN", 60))
             return
         if _phone(text, start, run, v.digits_of(run)):
             out.append(Finding(start, end, "PHONE", 50))
+
+
+def _epoch(run: str) -> bool:
+    """A Unix time in seconds or milliseconds, 2017-2033 (`1760157799`, `1761916694073`)."""
+    return len(run) in (10, 13) and run[0] == "1" and run[1] in "56789"
 
 
 def _phone_word_before(text: str, start: int) -> bool:
