@@ -35,8 +35,8 @@ from evolvable.governance.redaction.recognizers import Finding
 # `Okafor-Eze`). The class starts with lower-case letters of the Latin Extended blocks too (upper and lower alternate
 # there); the first letter is checked in Python.
 _WORD = re.compile(
-    r"[A-ZÀ-ÖØ-ÞĀ-ɏḀ-ỿ](?<!(?<!\\)[^\W_][A-ZÀ-ÖØ-ÞĀ-ɏḀ-ỿ])[^\W\d_]*(?:['’\-][^\W\d_]+)*"
-)  # not inside a word (`GitHub`), except right after a JSON escape (`\nMaria`)
+    r"[A-ZÀ-ÖØ-ÞĀ-ɏḀ-ỿ](?<!(?<!\\)[^\W_][A-ZÀ-ÖØ-ÞĀ-ɏḀ-ỿ])[a-zß-öø-ÿā-ɏḁ-ỿ'’][^\W\d_]*(?:['’\-][^\W\d_]+)*"
+)  # not inside a word (`GitHub`), except right after a JSON escape (`\nMaria`); a lower-case letter second
 _PARTICLES = frozenset(
     "van von der den de del della di da das dos du la le bin ibn al el ter ten zu y e".split()  # noqa: SIM905
 )  # fmt: skip
@@ -195,6 +195,13 @@ class NameRecognizer:
         return code
 
     def find(self, text: str, lowered: str) -> Iterable[Finding]:
+        codes = self._codes
+        for word in _WORD.findall(text):  # the common case: every capitalised word is a known dictionary word
+            code = codes.get(word)
+            if code is None or code > 1:
+                break
+        else:
+            return []
         out: list[Finding] = []
         group: list[tuple[int, int, int]] = []  # (start, end, code) of the current run of name-like words
         lead = -1  # start of a dictionary word joined right before the run (`New` York, `Please` Maria)

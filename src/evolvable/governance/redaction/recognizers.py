@@ -193,10 +193,12 @@ class NumberRecognizer:
                 digits = len(v.digits_of(run))
             if digits < 8 and not plus and dots < 3:
                 continue
-            if self.national is not None and not plus and digits <= 15:
-                self.national.check(text, run_start, run_end, digits, out)
+            national = self.national is not None and not plus and digits <= 15
             if digits < 9 and not plus and dots < 3:
+                if national:
+                    self.national.check(text, run_start, run_end, digits, out)  # type: ignore[union-attr]
                 continue
+            found_before = len(out)
             end = run_end + 2 if run_end + 2 < n else n  # +2: let look-aheads see what follows
             if plus:
                 self.intl_phone.scan(text, lowered, run_start, end, out)
@@ -215,6 +217,9 @@ class NumberRecognizer:
                         self.card.scan(text, lowered, run_start, end, out)
             if digits >= 9 and (shape is None or b"000-00-0000" in shape) and run.count("-") >= 2:
                 self.ssn.scan(text, lowered, run_start, end, out)
+            claimed = len(out) > found_before and out[-1].start <= run_start and out[-1].end >= run_end
+            if national and not claimed:  # national formats, unless the whole run is already found
+                self.national.check(text, run_start, run_end, digits, out)  # type: ignore[union-attr]
             if dots >= 3:
                 if dots == 3 and ascii_text and self._ipv4_shortcut:
                     # four groups of 1-3 digits, and a run cannot end where an address would go on: `_IPV4`
