@@ -62,6 +62,8 @@ _STRONG_PHRASES = ("dear", "my name is", "name is", "signed", "attn", "attention
 
 def _ends_with_word(text: str, words: tuple[str, ...]) -> bool:
     """`text` ends with one of `words`, not glued to a letter before it (C-level `endswith`, no regex)."""
+    if not text.endswith(words):  # one C call decides the common case
+        return False
     for word in words:
         if text.endswith(word):
             i = len(text) - len(word)
