@@ -210,24 +210,26 @@ class NameRecognizer:
         zero_start = zero_end = -2  # the last dictionary word seen
         code_of = self._code
         for m in _WORD.finditer(text):
-            start = m.start()
+            start, end = m.span()
             if not text[start].isupper():
                 continue
-            code = code_of(m.group())
+            code = codes.get(text[start:end])
+            if code is None:
+                code = code_of(text[start:end])
             if code <= 1:  # a dictionary word, or no name shape: ends the run
                 if group:
                     cut = code >= 0 and _joins(text, group[-1][1], start)
-                    self._close(text, group, lead, m.end() if cut else -1, out)
+                    self._close(text, group, lead, end if cut else -1, out)
                     group = []
                 if code >= 0:
-                    zero_start, zero_end = start, m.end()
+                    zero_start, zero_end = start, end
                 continue
             if group and not _joins(text, group[-1][1], start):
                 self._close(text, group, lead, -1, out)
                 group = []
             if not group:
                 lead = zero_start if zero_end > 0 and _joins(text, zero_end, start) else -1
-            group.append((start, m.end(), code))
+            group.append((start, end, code))
         if group:
             self._close(text, group, lead, -1, out)
         return out
