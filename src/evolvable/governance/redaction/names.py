@@ -26,7 +26,6 @@ import functools
 import importlib
 import pkgutil
 import re
-import unicodedata
 from collections.abc import Iterable
 
 from evolvable.governance.redaction.recognizers import Finding
@@ -135,8 +134,12 @@ def _faker_names() -> tuple[set[str], set[str]]:
     return first, last
 
 
+_LATIN = re.compile(r"[A-Za-zªºÀ-ÖØ-öø-ɏḀ-ỿ'\- ]+")
+
+
 def _latin_word(name: str) -> bool:
-    return all((c.isalpha() and "LATIN" in unicodedata.name(c, "")) or c in "-'" for c in name)
+    """Letters of the Latin script (with `-`, `'` and spaces): one C-level match instead of a look-up per letter."""
+    return _LATIN.fullmatch(name) is not None
 
 
 @functools.cache
@@ -149,7 +152,7 @@ def _places() -> tuple[frozenset[str], frozenset[str]]:
     multi: set[str] = set()
     for city in cache.get_cities().values():
         for name in (city["name"], *city.get("alternatenames", ())):
-            if (" " in name and name.isascii()) or (" " in name and _latin_word(name.replace(" ", ""))):
+            if " " in name and _latin_word(name):
                 multi.add(name.lower())
     countries = {c["name"].lower() for c in cache.get_countries().values()}
     multi |= {c for c in countries if " " in c}
