@@ -64,7 +64,7 @@ _TYPES = (
 
 def _region(code: str) -> _Region | None:
     meta = PhoneMetadata.metadata_for_region(code)
-    if meta is None or meta.general_desc is None or meta.general_desc.national_number_pattern is None:
+    if meta is None or meta.country_code is None or meta.general_desc is None:
         return None
     trunk = meta.national_prefix_for_parsing or meta.national_prefix
     literal = trunk if trunk and trunk.isdigit() else None

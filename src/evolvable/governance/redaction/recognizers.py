@@ -514,7 +514,7 @@ def pii_recognizers() -> list[Recognizer]:
 
     return [
         EmailRecognizer(),
-        NumberRecognizer(*numbers, national=NationalPhoneChecker()),
+        NumberRecognizer(numbers[0], numbers[1], numbers[2], numbers[3], numbers[4], national=NationalPhoneChecker()),
         RegexRecognizer("IBAN", _IBAN, validate=_iban, priority=60, gate=_may_hold_iban),
         RegexRecognizer(
             "SSN",
