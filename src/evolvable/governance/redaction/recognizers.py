@@ -743,7 +743,7 @@ _KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123
 _ASSIGN_TAIL = re.compile(
     r"""(?:\\{0,3}["'])?[ \t]*(?::=|=>|=|:)[ \t]*"""
     r"""(?:(?P<q>\\{0,3}["'])(?P<qv>(?:(?!(?P=q))[^\n]){1,512}?)(?P=q)"""
-    r"""|(?P<v>(?:[^\s"'\\,;<>(){}\[\]`&|]|&(?![A-Za-z_][A-Za-z0-9_]*=)){1,512}))"""
+    r"""|(?P<v>(?:[^\s"'\\,;<>(){}\[\]`&|]++|&(?![A-Za-z_][A-Za-z0-9_]*=)){1,512}))"""
 )
 _CLI_FLAG_TAIL = re.compile(r"""[ ](?P<v>[^\s"'\\,;<>(){}\[\]`&|-][^\s"'\\,;<>(){}\[\]`&|]{0,511})""")
 # `p(?<!\wp)` is `\bp` with the boundary checked after the literal, so the regex engine can skip to each `p`
