@@ -180,6 +180,7 @@ class NameRecognizer:
         self._strength = _strengths()
         self._places, self._countries = _places()
         self._codes: dict[str, int] = {}
+        self._plain: set[str] = set()  # words whose code is <= 1: never part of a name
 
     def _code(self, word: str) -> int:
         """-1: not shaped like a name (breaks a run); else strength * 2 + known. Cached per distinct word."""
@@ -187,6 +188,7 @@ class NameRecognizer:
         if code is None:
             if len(self._codes) > 200_000:
                 self._codes.clear()
+                self._plain.clear()
             if _name_shaped(word):
                 lower = word.lower()
                 found = self._strength.get(lower)
@@ -197,16 +199,15 @@ class NameRecognizer:
             else:
                 code = -1
             self._codes[word] = code
+            if code <= 1:
+                self._plain.add(word)
         return code
 
     def find(self, text: str, lowered: str) -> Iterable[Finding]:
+        words = _WORD.findall(text)
+        if not words or self._plain.issuperset(words):
+            return []  # the common case: every capitalised word is a dictionary word (one C-level set test)
         codes = self._codes
-        for word in _WORD.findall(text):  # the common case: every capitalised word is a known dictionary word
-            code = codes.get(word)
-            if code is None or code > 1:
-                break
-        else:
-            return []
         out: list[Finding] = []
         group: list[tuple[int, int, int]] = []  # (start, end, code) of the current run of name-like words
         lead = -1  # start of a dictionary word joined right before the run (`New` York, `Please` Maria)
