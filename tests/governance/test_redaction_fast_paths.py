@@ -208,6 +208,7 @@ def _reference_number_find(self: r.NumberRecognizer, text: str, lowered: str) ->
 
 def test_number_recognizer_finds_what_its_previous_loop_found() -> None:
     numbers = next(x for x in r.pii_recognizers() if isinstance(x, r.NumberRecognizer))
+    numbers.national = None  # the national-format phone checker came later; test_redaction_phones.py covers it
     rng = random.Random(13)
     pieces = [
         *"0123456789", *" .()+-", "x", "_", "/", "\n", "\u0663", "\u00e9", "call ", "phone: ", "v", "version ",

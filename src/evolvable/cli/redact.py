@@ -19,7 +19,9 @@ def register(app: typer.Typer) -> None:
 def redact(
     jsonl: bool = typer.Option(False, "--jsonl", help="Each line is a JSON record: redact its string values."),
     person_names: bool = typer.Option(
-        False, "--person-names", help="Also redact person names (needs spaCy and an English model)."
+        False,
+        "--person-names",
+        help="Add the spaCy NER stage for person names (names are found by default; needs spaCy and a model).",
     ),
 ) -> None:
     """Read lines from stdin and write each one redacted to stdout."""

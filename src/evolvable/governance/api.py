@@ -25,10 +25,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.background import BackgroundTask
 
 from evolvable.errors import EvolvableError, GovernanceError, NotFound
-from evolvable.governance.audit import AuditAction, AuditLog
+from evolvable.governance.audit import AuditAction, AuditLog, safe_query_target
 from evolvable.governance.curation import DedupMode, QualityConfig
 from evolvable.governance.datasets import EXPORT_FORMATS, DatasetCatalog
 from evolvable.governance.purge import DerivedEraser, Purger, PurgeRequest, SpoolPurger
+from evolvable.governance.redaction import redact_text
 from evolvable.governance.tenants import TenantDirectory
 from evolvable.protocol.models import CaptureMode
 from evolvable.proxy.hooks import Principal
@@ -332,7 +333,7 @@ class AuditReadsMiddleware:
         bearer = auth[7:].strip() if auth[:7].lower() == "bearer " else None
         query = scope.get("query_string", b"").decode()[:300]
         read_id = match["id"] or match["run"]
-        target = f"trajectory:{read_id}" if read_id else f"trajectories?{query}"
+        target = f"trajectory:{redact_text(read_id)}" if read_id else f"trajectories?{safe_query_target(query)}"
         refused = False
 
         async def audited_send(message: dict[str, Any]) -> None:

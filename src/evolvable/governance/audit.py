@@ -8,6 +8,7 @@ hash of the id, so the log itself needs no erasure.
 from __future__ import annotations
 
 import hashlib
+import urllib.parse
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 from pydantic import BaseModel
 
+from evolvable.governance.redaction import redact_text
 from evolvable.governance.schema import ensure_governance_schema
 from evolvable.protocol.models import utcnow
 from evolvable.store.tables.governance import audit_log
@@ -45,6 +47,33 @@ class AuditEntry(BaseModel):
 def pseudonym(value: str) -> str:
     """A stable, non-reversible stand-in for an end-user id in audit records."""
     return "sha256:" + hashlib.sha256(value.encode()).hexdigest()[:16]
+
+
+_USER_KEYS = frozenset({"end_user", "user", "end_users"})
+
+
+def safe_query_target(query: str) -> str:
+    """A request's query string fit for the audit log: end-user ids become pseudonyms (so `purge --user` leaves
+    no raw id behind) and every other value goes through the redaction engine (a search term may hold PII)."""
+    pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
+    return urllib.parse.urlencode([(redact_text(k), _safe_value(k, v)) for k, v in pairs], safe="<>:")
+
+
+def safe_filter(spec: dict[str, Any]) -> dict[str, Any]:
+    """A trajectory filter (a dataset's) fit for the audit log: end-user ids become pseudonyms."""
+    out: dict[str, Any] = {}
+    for key, value in spec.items():
+        if key in _USER_KEYS and isinstance(value, str):
+            out[key] = pseudonym(value)
+        elif key in _USER_KEYS and isinstance(value, list | tuple):
+            out[key] = [pseudonym(v) if isinstance(v, str) else v for v in value]
+        else:
+            out[key] = value
+    return out
+
+
+def _safe_value(key: str, value: str) -> str:
+    return pseudonym(value) if key in _USER_KEYS else redact_text(value)
 
 
 class AuditLog:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from evolvable.governance.redaction.validators import plainly_safe_identifier
 from evolvable.protocol.models import (
     CaptureMode,
     ChatMessage,
@@ -63,6 +64,13 @@ def _message(msg: ChatMessage, fn: ContentMap) -> ChatMessage:
     data["content"] = fn(msg.content)
     for call in data.get("tool_calls") or []:
         call["function"]["arguments"] = fn(call["function"]["arguments"]) or ""
+        if fn is _mark:
+            call["id"] = REDACTION_FAILED if _unsafe(call["id"]) else call["id"]
+            call["function"]["name"] = (
+                REDACTION_FAILED if _unsafe(call["function"]["name"]) else call["function"]["name"]
+            )
+    if fn is _mark and _unsafe(data.get("tool_call_id")):
+        data["tool_call_id"] = REDACTION_FAILED
     # Extra provider fields (reasoning_content, refusal, audio, ...) are content too.
     for key in list(data):
         if key not in {"role", "content", "name", "tool_calls", "tool_call_id"}:
@@ -82,7 +90,33 @@ def _choice(choice: CompletionChoice, fn: ContentMap) -> CompletionChoice:
     )
 
 
+# Client-named identifiers: kept in `metadata` mode (they are the run's shape), marked when redaction failed.
+_IDENTIFIERS: dict[type, tuple[str, ...]] = {
+    LLMCallStep: ("agent", "model", "response_id"),
+    ToolCallStep: ("agent", "tool_name", "tool_call_id", "error_class"),
+    MessageStep: ("agent",),
+    HandoffStep: ("agent", "from_agent", "to_agent"),
+    MemoryOpStep: ("agent", "store"),
+    SkillUseStep: ("agent", "skill_name", "skill_version"),
+}
+
+
+def _unsafe(value: Any) -> bool:
+    return isinstance(value, str) and not plainly_safe_identifier(value)
+
+
+def _mark_identifiers(model: Any, names: tuple[str, ...]) -> Any:
+    """`model` with its non-empty string fields `names` replaced by the marker."""
+    update = {n: REDACTION_FAILED for n in names if _unsafe(getattr(model, n, None))}
+    return model.model_copy(update=update) if update else model
+
+
 def _step(step: Any, fn: ContentMap, *, metadata_fn: ContentMap) -> Any:
+    mapped = _step_content(step, fn, metadata_fn=metadata_fn)
+    return _mark_identifiers(mapped, _IDENTIFIERS.get(type(step), ())) if fn is _mark else mapped
+
+
+def _step_content(step: Any, fn: ContentMap, *, metadata_fn: ContentMap) -> Any:
     meta = metadata_fn(step.metadata)
     if isinstance(step, LLMCallStep):
         error = step.error.model_copy(update={"message": fn(step.error.message) or ""}) if step.error else None
@@ -126,13 +160,16 @@ def _map_event(event: Any, fn: ContentMap, *, metadata_fn: ContentMap, capture: 
         if capture is not None:
             update["capture"] = capture
         header = event.header.model_copy(update=update)
+        if fn is _mark:
+            header = _mark_identifiers(header, ("agent", "task_id"))
         return event.model_copy(update={"header": header})
     if isinstance(event, StepAppended):
         return event.model_copy(update={"step": _step(event.step, fn, metadata_fn=metadata_fn)})
     if isinstance(event, SignalAttached):
-        return event.model_copy(
-            update={"signal": event.signal.model_copy(update={"metadata": metadata_fn(event.signal.metadata)})}
-        )
+        signal = event.signal.model_copy(update={"metadata": metadata_fn(event.signal.metadata)})
+        if fn is _mark:
+            signal = _mark_identifiers(signal, ("source", "label"))
+        return event.model_copy(update={"signal": signal})
     if isinstance(event, TrajectoryEnded):
         return event.model_copy(update={"metadata": metadata_fn(event.metadata)})
     return event

@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from pydantic import BaseModel
 
 from evolvable.errors import ConversionError, GovernanceError, NotFound
-from evolvable.governance.audit import AuditAction, AuditLog
+from evolvable.governance.audit import AuditAction, AuditLog, safe_filter
 from evolvable.governance.curation import (
     Deduplicator,
     DedupMode,
@@ -224,7 +224,7 @@ class DatasetCatalog:
                 actor=actor,
                 tenant_id=None if scope == ALL_TENANTS else scope,
                 target=f"dataset:{info.ref}",
-                details={"created": dataset_id, "kept": info.counts["kept"], "filter": info.filter},
+                details={"created": dataset_id, "kept": info.counts["kept"], "filter": safe_filter(info.filter)},
                 conn=conn,
             )
         return info

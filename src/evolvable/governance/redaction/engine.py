@@ -122,8 +122,9 @@ def resolve_overlaps(findings: list[Finding]) -> list[Finding]:
 class RedactionEngine:
     """Finds PII and secrets and replaces them with typed, trajectory-consistent placeholders.
 
-    `recognizers` defaults to every structured recognizer; `person_names=True` adds the optional spaCy NER
-    stage (only when spaCy and an English model are installed; off by default because it costs ~100x).
+    `recognizers` defaults to every recognizer, person names by gazetteer and context included (names.py);
+    `person_names=True` adds the optional spaCy NER stage on top (only when spaCy and an English model are
+    installed; off by default because it costs ~100x).
     """
 
     def __init__(

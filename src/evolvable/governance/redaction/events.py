@@ -30,6 +30,7 @@ from evolvable.errors import RedactionFailed
 from evolvable.governance.redaction.engine import FAILED_MARKER, PlaceholderMap, RedactionEngine, default_engine
 from evolvable.governance.redaction.token_ids import TokenIdsMismatch, redact_step_token_ids
 from evolvable.governance.redaction.tokenizer_registry import TokenizerRegistry
+from evolvable.governance.redaction.validators import plainly_safe_identifier
 from evolvable.protocol.models import (
     SignalAttached,
     StepAppended,
@@ -49,6 +50,18 @@ _FREE_FORM_STEP_FIELDS = {
     "memory_op": ("key", "items"),
     "skill_use": ("input", "output"),
 }
+
+# Identifiers a client (or an upstream) names freely: the engine runs over them too, so an agent called after a
+# customer's email or a tool-call id holding a phone number is stored as placeholders. Ids without findings (all
+# ordinary ones) are kept byte for byte, and the per-trajectory map keeps linked ids (a tool step's tool_call_id
+# and the llm_call's tool_calls[].id) equal after redaction.
+_IDENTIFIER_STEP_FIELDS = {
+    "tool_call": ("tool_name", "tool_call_id", "error_class"),
+    "handoff": ("from_agent", "to_agent"),
+    "memory_op": ("store",),
+    "skill_use": ("skill_name", "skill_version"),
+}
+_IDENTIFIER_HEADER_FIELDS = ("agent", "task_id")
 
 
 class EventRedactor:
@@ -139,16 +152,30 @@ def _apply(event: AnyEvent, r: _Redactor) -> AnyEvent:
 def _header(header: dict[str, Any], r: _Redactor) -> None:
     header["task_input"], _ = r.value(header.get("task_input"))
     header["metadata"], _ = r.value(header.get("metadata") or {})
+    _identifiers(header, _IDENTIFIER_HEADER_FIELDS, r)
 
 
 def _signal(signal: dict[str, Any], r: _Redactor) -> None:
     if signal.get("label"):
         signal["label"], _ = r.text(signal["label"])
     signal["metadata"], _ = r.value(signal.get("metadata") or {})
+    _identifiers(signal, ("source",), r)
+
+
+def _identifiers(data: dict[str, Any], names: tuple[str, ...], r: _Redactor) -> bool:
+    """Redacts the string fields `names` of `data` in place; True if any changed."""
+    changed = False
+    for name in names:
+        value = data.get(name)
+        if isinstance(value, str) and value:
+            data[name], c = r.identifier(value)
+            changed |= c
+    return changed
 
 
 def _step(step: dict[str, Any], r: _Redactor) -> None:
     step["metadata"], _ = r.value(step.get("metadata") or {})
+    _identifiers(step, ("agent",), r)
     kind = step["kind"]
     if kind == "llm_call":
         _llm_call(step, r)
@@ -157,6 +184,7 @@ def _step(step: dict[str, Any], r: _Redactor) -> None:
         value = step.get(name)
         if value is not None:
             step[name], _ = r.text(value) if isinstance(value, str) else r.value(value)
+    _identifiers(step, _IDENTIFIER_STEP_FIELDS.get(kind, ()), r)
 
 
 def _llm_call(step: dict[str, Any], r: _Redactor) -> None:
@@ -180,6 +208,15 @@ def _llm_call(step: dict[str, Any], r: _Redactor) -> None:
             changed |= c
     if step.get("error") and step["error"].get("message"):
         step["error"]["message"], _ = r.text(step["error"]["message"])
+    if step.get("error"):
+        _identifiers(step["error"], ("type",), r)
+    _identifiers(step, ("response_id",), r)
+    _llm_call_token_ids(step, r, changed)
+    _identifiers(step, ("model",), r)  # after the token ids: their tokenizer is looked up by the raw model name
+
+
+def _llm_call_token_ids(step: dict[str, Any], r: _Redactor, changed: bool) -> None:
+    """Redacts (or drops) the token ids of an llm_call whose text redaction `changed`."""
     if not changed:
         return
     had_ids = step.get("prompt_token_ids") is not None or any(
@@ -202,11 +239,16 @@ def _llm_call(step: dict[str, Any], r: _Redactor) -> None:
 def _message(message: dict[str, Any], r: _Redactor) -> bool:
     changed = False
     for key, value in list(message.items()):
-        if key in ("role", "tool_call_id") or value is None:
+        if key == "role" or value is None:
+            continue
+        if key == "tool_call_id":
+            changed |= _identifiers(message, ("tool_call_id",), r)
             continue
         if key == "tool_calls":
             for call in value:
+                changed |= _identifiers(call, ("id",), r)
                 function = call.get("function") or {}
+                changed |= _identifiers(function, ("name",), r)
                 if isinstance(function.get("arguments"), str) and function["arguments"]:
                     function["arguments"], c = r.text(function["arguments"])
                     changed |= c
@@ -219,6 +261,9 @@ def _message(message: dict[str, Any], r: _Redactor) -> bool:
 class _Redactor:
     def text(self, text: str) -> tuple[str, bool]:
         raise NotImplementedError
+
+    def identifier(self, text: str) -> tuple[str, bool]:
+        return self.text(text)
 
     def value(self, value: Any) -> tuple[Any, bool]:
         raise NotImplementedError
@@ -295,6 +340,9 @@ class _Scrubber(_Redactor):
 
     def text(self, text: str) -> tuple[str, bool]:
         return FAILED_MARKER, True
+
+    def identifier(self, text: str) -> tuple[str, bool]:
+        return (text, False) if plainly_safe_identifier(text) else (FAILED_MARKER, True)
 
     def value(self, value: Any) -> tuple[Any, bool]:
         if isinstance(value, str):

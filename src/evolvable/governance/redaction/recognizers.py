@@ -138,6 +138,12 @@ _PHONE_WORD = re.compile(
 )
 
 
+class RunChecker(Protocol):
+    """Checks one run of digits and separators (with `digits` digits) and appends its findings to `out`."""
+
+    def check(self, text: str, start: int, end: int, digits: int, out: list[Finding]) -> None: ...
+
+
 class NumberRecognizer:
     """Phones, cards, SSNs and IPv4 addresses live inside runs of digits and separators. One cheap scan finds
     those runs; each run is then matched only by the patterns its shape allows (a card needs 13+ digits, an
@@ -152,8 +158,10 @@ class NumberRecognizer:
         card: RegexRecognizer,
         ssn: RegexRecognizer,
         ipv4: RegexRecognizer,
+        national: RunChecker | None = None,
     ) -> None:
         self.intl_phone, self.us_phone, self.card, self.ssn, self.ipv4 = intl_phone, us_phone, card, ssn, ipv4
+        self.national = national
         # shortcuts for the commonest run shapes, which hold for the default card and IPv4 recognizers only
         self._card_shortcut = card.pattern is _CARD and card.validate is _card
         self._ipv4_shortcut = ipv4.pattern is _IPV4 and ipv4.validate is _public_ipv4
@@ -169,7 +177,7 @@ class NumberRecognizer:
             size = run_end - run_start
             plus = "+" in run
             dots = run.count(".")
-            if size < 10 and not plus and dots < 3:
+            if size < (8 if self.national is not None else 10) and not plus and dots < 3:
                 continue  # no international phone, no IPv4 address; a US phone, card or SSN needs 9+ digits
             # in ASCII text, digits as 0 and separators as `-` (one C translate) count the digits, and rule the
             # default US and SSN patterns out
@@ -183,8 +191,14 @@ class NumberRecognizer:
                     shape = None
             else:
                 digits = len(v.digits_of(run))
-            if digits < 9 and not plus and dots < 3:
+            if digits < 8 and not plus and dots < 3:
                 continue
+            national = self.national is not None and not plus and digits <= 15
+            if digits < 9 and not plus and dots < 3:
+                if national:
+                    self.national.check(text, run_start, run_end, digits, out)  # type: ignore[union-attr]
+                continue
+            found_before = len(out)
             end = run_end + 2 if run_end + 2 < n else n  # +2: let look-aheads see what follows
             if plus:
                 self.intl_phone.scan(text, lowered, run_start, end, out)
@@ -203,6 +217,9 @@ class NumberRecognizer:
                         self.card.scan(text, lowered, run_start, end, out)
             if digits >= 9 and (shape is None or b"000-00-0000" in shape) and run.count("-") >= 2:
                 self.ssn.scan(text, lowered, run_start, end, out)
+            claimed = len(out) > found_before and out[-1].start <= run_start and out[-1].end >= run_end
+            if national and not claimed:  # national formats, unless the whole run is already found
+                self.national.check(text, run_start, run_end, digits, out)  # type: ignore[union-attr]
             if dots >= 3:
                 if dots == 3 and ascii_text and self._ipv4_shortcut:
                     # four groups of 1-3 digits, and a run cannot end where an address would go on: `_IPV4`
@@ -425,8 +442,8 @@ _SSN_CONTEXT = re.compile(
 )
 
 
-_NUMBER_RUN = re.compile(r"(?:\+|\(|\d)[\d .()+\-]{5,}\d")
-_RUN_CHARS = bytes(ord("1") if chr(b) in "0123456789 .()+-" else ord("0") for b in range(256))
+_NUMBER_RUN = re.compile(r"(?:\+|\(|\d)[\d .()+\-/]{5,}\d")
+_RUN_CHARS = bytes(ord("1") if chr(b) in "0123456789 .()+-/" else ord("0") for b in range(256))
 
 
 def number_runs(text: str) -> list[tuple[int, int]]:
@@ -446,8 +463,8 @@ def number_runs(text: str) -> list[tuple[int, int]]:
         if j == -1:
             j = len(shape)
         chars = text[i:j]
-        start = i + len(chars) - len(chars.lstrip(" .)-"))
-        end = i + len(chars.rstrip(" .()+-"))
+        start = i + len(chars) - len(chars.lstrip(" .)-/"))
+        end = i + len(chars.rstrip(" .()+-/"))
         if end - start >= 7:
             spans.append((start, end))
         i = shape.find(b"1111111", j)
@@ -493,9 +510,11 @@ def pii_recognizers() -> list[Recognizer]:
             validate=_public_ipv4,
         ),
     ]
+    from evolvable.governance.redaction.phones import NationalPhoneChecker
+
     return [
         EmailRecognizer(),
-        NumberRecognizer(*numbers),
+        NumberRecognizer(numbers[0], numbers[1], numbers[2], numbers[3], numbers[4], national=NationalPhoneChecker()),
         RegexRecognizer("IBAN", _IBAN, validate=_iban, priority=60, gate=_may_hold_iban),
         RegexRecognizer(
             "SSN",
@@ -653,6 +672,24 @@ def secret_recognizers() -> list[Recognizer]:
             priority=90,
         ),
         RegexRecognizer(
+            "GITLAB_TOKEN",
+            re.compile(r"g(?<![A-Za-z0-9]g)l(?:pat|dt|ptt|rt|cbt|oas)-[A-Za-z0-9_\-]{20,64}" + tok),
+            exact_keywords=("glpat-", "gldt-", "glptt-", "glrt-", "glcbt-", "gloas-"),
+            priority=90,
+        ),
+        RegexRecognizer(
+            "NPM_TOKEN",
+            re.compile(r"n(?<![A-Za-z0-9]n)pm_[A-Za-z0-9]{36}" + tok),
+            exact_keywords=("npm_",),
+            priority=90,
+        ),
+        RegexRecognizer(
+            "SENDGRID_KEY",
+            re.compile(r"S(?<![A-Za-z0-9]S)G\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43}" + tok),
+            exact_keywords=("SG.",),
+            priority=90,
+        ),
+        RegexRecognizer(
             "JWT",
             re.compile(r"eyJ(?<![A-Za-z0-9_\-]eyJ)[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*" + tok),
             exact_keywords=("eyJ",),
@@ -697,7 +734,7 @@ _COMMON_NON_SECRET_ENDINGS = "".join(
     )
 )  # fmt: skip
 _KEY_HINT = re.compile(
-    r"""(?:pass|pwd|secret|token|credential|key|auth|pw)(?P<rest>[a-z0-9_.\-]{0,64}+)"""
+    r"""(?:pass|pwd|secret|token|credential|key|auth|pw|_pat)(?P<rest>[a-z0-9_.\-]{0,64}+)"""
     + _COMMON_NON_SECRET_ENDINGS
     + r"""(?:\\{0,3}["'])?(?:[ \t]*[:=]| (?=\S))"""
 )
@@ -706,7 +743,7 @@ _KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123
 _ASSIGN_TAIL = re.compile(
     r"""(?:\\{0,3}["'])?[ \t]*(?::=|=>|=|:)[ \t]*"""
     r"""(?:(?P<q>\\{0,3}["'])(?P<qv>(?:(?!(?P=q))[^\n]){1,512}?)(?P=q)"""
-    r"""|(?P<v>[^\s"'\\,;<>(){}\[\]`&|]{1,512}))"""
+    r"""|(?P<v>(?:[^\s"'\\,;<>(){}\[\]`&|]++|&(?![A-Za-z_][A-Za-z0-9_]*=)){1,512}))"""
 )
 _CLI_FLAG_TAIL = re.compile(r"""[ ](?P<v>[^\s"'\\,;<>(){}\[\]`&|-][^\s"'\\,;<>(){}\[\]`&|]{0,511})""")
 # `p(?<!\wp)` is `\bp` with the boundary checked after the literal, so the regex engine can skip to each `p`
@@ -714,7 +751,18 @@ _PROSE = re.compile(r"p(?<!\wp)(?:assword|asscode|assphrase|wd)\s+(?:is|was)\s+(
 _KEY_WORDS = re.compile(r"[_.\-]+|(?<=[a-z0-9])(?=[A-Z])")
 
 _PASSWORD_WORDS = frozenset({"password", "passwd", "passphrase", "passcode", "pwd", "pass", "pw", "secret"})
-_TOKEN_WORDS = frozenset({"token", "credential", "credentials", "auth", "apikey", "authtoken", "accesstoken"})
+_TOKEN_WORDS = frozenset({"token", "credential", "credentials", "auth", "apikey", "authtoken", "accesstoken", "pat"})
+_WORDS_ENDING_IN_KEY = frozenset({"monkey", "turkey", "donkey", "jockey", "hockey", "whiskey", "hotkey", "turnkey"})
+# `<word>_key` is a secret unless the word makes it an identifier or a lookup key (`cache_key`, `primary_key`)
+_NON_SECRET_KEY_QUALIFIERS = frozenset(
+    {
+        "cache", "primary", "foreign", "sort", "partition", "idempotency", "public", "row", "dedup", "dedupe", "lookup",
+        "map", "hash", "object", "redis", "i18n", "translation", "unique", "composite", "natural", "surrogate",
+        "shard", "routing", "group", "index", "search", "sequence", "ssh", "gpg", "pgp", "key", "hot", "short",
+        "music", "piano", "dict", "json", "yaml", "config", "setting", "settings", "registry", "storage", "s3",
+        "bucket", "kv", "cluster", "range", "hash_key", "message", "event", "metric", "label", "tag", "field",
+    }
+)  # fmt: skip
 _KEY_QUALIFIERS = frozenset(
     {
         "api", "access", "secret", "private", "auth", "signing", "encryption", "master", "session", "app",
@@ -776,6 +824,12 @@ def key_kind(key: str) -> str | None:
             return "token"
     if joined.endswith(("apikey", "accesskey", "secretkey", "privatekey", "authkey", "authtoken", "accesstoken")):
         return "token"
+    if joined.endswith(("pwd", "passwd", "pass", "pw")) and not joined.endswith(("bypass", "compass", "overpass")):
+        return "password"  # `ADMINPWD`, `keystorepass`
+    if words[-1].endswith("key") and len(joined) > 3 and words[-1] not in _WORDS_ENDING_IN_KEY:
+        qualifier = words[-2] if len(words) >= 2 and words[-1] == "key" else words[-1][:-3]
+        if qualifier and qualifier not in _NON_SECRET_KEY_QUALIFIERS:
+            return "token"  # `hmac_key`, `MASTERKEY`, `deploy_key`
     return None
 
 
@@ -791,7 +845,7 @@ def secret_value_ok(kind: str, value: str) -> bool:
 
 
 # `_KEY_HINT`'s words (`pwd` starts with `pw`, so its positions are among those)
-_HINT_WORDS = ("pass", "secret", "token", "credential", "key", "auth", "pw")
+_HINT_WORDS = ("pass", "secret", "token", "credential", "key", "auth", "pw", "_pat")
 
 
 _HINT_SEARCH = AhoCorasick(list(_HINT_WORDS)).find_matches_as_indexes
@@ -829,7 +883,7 @@ class AssignmentSecretRecognizer:
 
     kind = "SECRET"
     priority = 80
-    keywords = ("pass", "pwd", "secret", "token", "credential", "key", "auth", "pw")
+    keywords = ("pass", "pwd", "secret", "token", "credential", "key", "auth", "pw", "_pat")
 
     def find(self, text: str, lowered: str) -> Iterable[Finding]:
         if len(lowered) != len(text):  # a few Unicode letters change length when lowered: keep offsets aligned
@@ -875,7 +929,10 @@ class AssignmentSecretRecognizer:
 
 def default_recognizers() -> list[Recognizer]:
     """Every structured recognizer (no NER): PII first, then secrets; overlap resolution uses priorities."""
-    return [*pii_recognizers(), *secret_recognizers()]
+    from evolvable.governance.redaction.addresses import AddressRecognizer
+    from evolvable.governance.redaction.names import NameRecognizer
+
+    return [*pii_recognizers(), *secret_recognizers(), AddressRecognizer(), NameRecognizer()]
 
 
 def kinds(recognizers: Sequence[Recognizer]) -> list[str]:

