@@ -20,8 +20,9 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from evolvable.control.journal import Journal
-from evolvable.control.models import PolicySpec, RolloutState, VersionKind, VersionRecord
+from evolvable.control.models import REPLAY_METADATA_KEY, PolicySpec, RolloutState, VersionKind, VersionRecord
 from evolvable.control.registry import Registry
+from evolvable.errors import NotFound
 from evolvable.protocol.harness import Harness, render_messages
 from evolvable.protocol.models import ChatMessage
 from evolvable.proxy.hooks import RewriteResult, SessionContext  # the seam's types; the proxy owns them
@@ -90,6 +91,8 @@ class HarnessRouter:
         self.clusterer = clusterer  # anything with .predict(text) -> str, for memory retrieval by cluster
         self.max_sessions = max_sessions
         self._sessions: OrderedDict[str, Assignment] = OrderedDict()
+        self._replay_harnesses: dict[str, Harness] = {}
+        """Harness versions replay sessions pinned (content-addressed, so never stale)."""
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -166,6 +169,11 @@ class HarnessRouter:
         agent = ctx.agent or "default"
         session_id = ctx.session_id
         assignment = self.assign(agent, session_id)
+        replay = self._replay_harness(agent, ctx.metadata)
+        if replay is not None:
+            version, harness = replay
+            new_body = self.apply_harness(harness, body, ctx) if isinstance(body.get("messages"), list) else body
+            return RewriteResult(body=new_body, harness_version=version, policy_version=ctx.policy_version)
         v = self.versions.agents.get(agent)
         if v is None:
             return RewriteResult(body=body)
@@ -196,6 +204,23 @@ class HarnessRouter:
             upstream_name=upstream,
             model=model,
         )
+
+    def _replay_harness(self, agent: str, metadata: Any) -> tuple[str, Harness] | None:
+        """The harness a replay session pinned in its metadata, when it is a version of this agent."""
+        pin = metadata.get(REPLAY_METADATA_KEY) if isinstance(metadata, dict) else None
+        version = pin.get("harness_version") if isinstance(pin, dict) else None
+        if not isinstance(version, str):
+            return None
+        harness = self._replay_harnesses.get(version)
+        if harness is None:
+            try:
+                record = self.versions.registry.get(version)
+            except NotFound:
+                return None
+            if record.kind != VersionKind.harness or record.agent != agent:
+                return None
+            harness = self._replay_harnesses.setdefault(version, record.harness())
+        return version, harness
 
     def apply_harness(
         self, harness: Harness, body: dict[str, Any], ctx: SessionContext | None = None

@@ -28,8 +28,9 @@ from evolvable.control.evolvers import (
     default_evolvers,
 )
 from evolvable.control.exploration import explorer_of
-from evolvable.control.gates import GateConfig, Gates, ReplaySuite
+from evolvable.control.gates import GateConfig, Gates, ReplayFailed, ReplaySuite
 from evolvable.control.journal import Journal
+from evolvable.control.judge import Judge, judge_agreement
 from evolvable.control.leader import LeaderLock
 from evolvable.control.models import (
     AnalysisResult,
@@ -94,6 +95,7 @@ class ControlPlane:
         clusterer: Any = None,
         router: Any = None,
         leader: LeaderLock | None = None,
+        judge: Judge | None = None,
     ) -> None:
         self.store = store
         self.config = config or ControlConfig()
@@ -105,6 +107,8 @@ class ControlPlane:
         self.router = router
         self.leader = leader or LeaderLock(store.engine)
         self.suites: dict[str, ReplaySuite] = {}
+        self.judge = judge
+        """Scores ended runs that carry no outcome (judge signals), before the statistics read them."""
         self._tick_lock = threading.Lock()
 
     # ------------------------------------------------------------------ setup
@@ -169,6 +173,8 @@ class ControlPlane:
         active = self.registry.current(agent, VersionKind.harness, VersionState.active)
         if active is None:
             return
+        if self.judge is not None:
+            self._judge_sessions(agent, report)
         runs = self.runs(agent)
         for rollout in self.journal.rollouts(agent, [RolloutState.running]):
             self._advance_rollout(rollout, runs, report)
@@ -212,6 +218,20 @@ class ControlPlane:
             report.actions.append(f"{agent}: no change ({why})")
             return
         self._act(agent, proposal, ctx, active, policy, runs, report)
+
+    def _judge_sessions(self, agent: str, report: TickReport) -> None:
+        assert self.judge is not None
+        try:
+            judged = self.judge.judge_pending(self.store, agent, window=self.config.window)
+        except Exception as err:  # a judge outage delays learning; it must not stop the cycle
+            log.exception("judge failed for %s", agent)
+            report.actions.append(f"{agent}: judge failed: {type(err).__name__}: {err}")
+            return
+        if judged.judged or judged.skipped:
+            report.actions.append(
+                f"{agent}: judge scored {judged.judged} run(s)"
+                + (f", could not score {len(judged.skipped)}: {judged.skipped[0]}" if judged.skipped else "")
+            )
 
     # ------------------------------------------------------------------ acting on a proposal
 
@@ -314,7 +334,12 @@ class ControlPlane:
             candidate_version=record.id,
             baseline_version=active.id if kind == VersionKind.harness else (policy.id if policy else None),
         )
-        gates = self._run_gates(agent, cand_harness, base_harness, cand_policy, base_policy)
+        try:
+            gates = self._run_gates(agent, cand_harness, base_harness, cand_policy, base_policy)
+        except ReplayFailed as err:
+            self._stop_on_broken_replay(decision.id, record.id, str(err))
+            report.actions.append(f"{say}: candidate {record.id} stopped: {err}")
+            return
         failed = next((g for g in gates.values() if isinstance(g, dict) and g.get("passed") is False), None)
         if failed is not None:
             self.registry.reject(record.id, reason=f"{failed['name']} gate: {failed['reason']}")
@@ -338,6 +363,15 @@ class ControlPlane:
             report.actions.append(f"{say}: candidate {record.id} passed the gates; awaiting approval")
             return
         self._start(self.journal.decision(decision.id), report)
+
+    def _stop_on_broken_replay(self, decision_id: str, version: str, reason: str) -> None:
+        """Reject the candidate and record why; no verdict, since a broken replay says nothing about it."""
+        self.registry.reject(version, reason=f"replay failed: {reason}")
+        self.journal.update_decision(
+            decision_id,
+            state=DecisionState.gated_out,
+            gates={"replay": {"name": "replay", "passed": False, "reason": f"replay failed: {reason}"}},
+        )
 
     def _run_gates(
         self,
@@ -517,6 +551,7 @@ class ControlPlane:
                 "success_ci": stats.overall.success_ci,
                 "clusters": {c: {"n": g.n, "success_rate": g.success_rate} for c, g in stats.clusters.items()},
                 "decisions": len(self.journal.decisions(name)),
+                "judge": judge_agreement(runs, self.config.success_threshold),
             }
         return out
 
