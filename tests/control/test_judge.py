@@ -96,6 +96,28 @@ def test_agreement_with_posted_outcomes_is_measured(sqlite_store) -> None:
     }
 
 
+def test_status_shows_the_judges_agreement(tmp_path) -> None:
+    from tests.control.conftest import base_harness
+    from typer.testing import CliRunner
+
+    from evolvable.cli.main import app
+    from evolvable.control.runtime import ControlPlane
+    from evolvable.store import Store
+
+    url = f"sqlite:///{tmp_path / 'status.db'}"
+    store = Store.open(url)
+    active, _ = ControlPlane(store).bootstrap(base_harness())
+    judge = Judge("http://127.0.0.1:9/v1", "j")
+    for success, score in [(True, 0.9), (False, 0.8)]:
+        t = make_trajectory(cluster="c", success=success, harness_version=active.id)
+        t.signals += judge.signals_for(t, JudgeScore(score), 2)
+        store.put_trajectory(t)
+    store.close()
+    out = CliRunner().invoke(app, ["status", "--db", url])
+    assert out.exit_code == 0, out.output
+    assert "agrees with outcomes on 50% of 2" in out.output and "success from outcome 2" in out.output
+
+
 def test_settings_build_a_judge() -> None:
     judge = judge_from_settings({"base_url": "http://x/v1", "model": "m", "rubrics": {AGENT: "be kind"}})
     assert judge.rubric_for(AGENT) == "be kind" and judge.rubric_for("other").startswith("A run is good")

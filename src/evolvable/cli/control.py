@@ -24,6 +24,17 @@ def _console() -> Any:
     return Console()
 
 
+def _judge_line(judge: dict[str, Any]) -> str:
+    """'12 runs judged; agrees with outcomes on 75% of 4; success from judge 12, outcome 4'."""
+    agreement = (
+        f"agrees with outcomes on {judge['agreement']:.0%} of {judge['with_outcome']}"
+        if judge.get("agreement") is not None
+        else "no run has both an outcome and a judge score"
+    )
+    sources = ", ".join(f"{k} {v}" for k, v in sorted(judge.get("success_sources", {}).items()))
+    return f"{judge['judged']} runs judged; {agreement}; success from {sources or '-'}"
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def status(
@@ -53,6 +64,8 @@ def register(app: typer.Typer) -> None:
             for r in s["rollouts"]:
                 table.add_row("rollout", f"{r['id']} {r['state']} {r['candidate_version']} at {r['share']:.0%}")
             table.add_row("decisions", str(s["decisions"]))
+            if s.get("judge"):
+                table.add_row("judge", _judge_line(s["judge"]))
             _console().print(table)
 
     @app.command()
