@@ -1,0 +1,128 @@
+"""The IT helpdesk agent loop on any OpenAI-compatible endpoint, and its replay runner for the gates.
+
+Each turn the model writes one JSON action `{"tool": ..., "args": {...}}`; the directory runs it and
+the result goes back as a user message. Prose with no JSON object is the reply to the user. The
+harness is rendered by the shared `render_messages`, exactly as the proxy would render it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import openai
+
+from evolvable.control.gates import TaskOutcome
+from evolvable.control.models import PolicySpec
+from evolvable.protocol.harness import Harness, render_messages
+from evolvable.protocol.models import ChatMessage
+from evolvable.workloads.it_helpdesk.environment import Directory, Verdict, verify
+from evolvable.workloads.it_helpdesk.tasks import Task
+
+_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
+
+
+def parse_action(text: str) -> tuple[str, dict[str, Any]]:
+    """(tool, args) from a model output; prose (no object) is a reply to the user."""
+    match = _OBJECT.search(text)
+    if match is None:
+        return "reply_to_user", {"message": text.strip()}
+    try:
+        obj = json.loads(match.group(0))
+    except json.JSONDecodeError:
+        return "invalid", {"error": "could not read the JSON object"}
+    if not isinstance(obj, dict):
+        return "invalid", {"error": "the action is not an object"}
+    tool = obj.get("tool") or obj.get("name")
+    args = obj.get("args") or obj.get("arguments") or {k: v for k, v in obj.items() if k not in ("tool", "name")}
+    if not isinstance(tool, str) or not isinstance(args, dict):
+        return "invalid", {"error": 'write {"tool": "<name>", "args": {...}}'}
+    return tool, args
+
+
+@dataclass
+class Episode:
+    task: Task
+    verdict: Verdict
+    transcript: list[ChatMessage] = field(default_factory=list)
+
+
+def run_episode(
+    client: openai.OpenAI, model: str, task: Task, harness: Harness, *, max_turns: int = 4, max_tokens: int = 96
+) -> Episode:
+    directory = Directory.for_task(task)
+    conversation = [ChatMessage(role="user", content=task.prompt())]
+    for _ in range(max_turns):
+        messages = render_messages(harness, conversation, task_text=task.prompt(), cluster=task.intent)
+        reply = client.chat.completions.create(
+            model=model,
+            messages=[m.model_dump(mode="json", exclude_none=True) for m in messages],
+            temperature=0.0,
+            max_tokens=max_tokens,
+        )
+        text = reply.choices[0].message.content or ""
+        conversation.append(ChatMessage(role="assistant", content=text))
+        tool, args = parse_action(text)
+        if tool == "invalid":
+            conversation.append(ChatMessage(role="user", content=f"Error: {args['error']}"))
+            continue
+        result = directory.call(tool, args)
+        if tool == "reply_to_user" and "error" not in result:
+            break
+        conversation.append(ChatMessage(role="user", content=f"Tool result: {json.dumps(result)}"))
+    return Episode(task, verify(directory), conversation)
+
+
+class ItHelpdeskRunner:
+    """The gates' `ReplayRunner`: episodes memoised per (harness, model, task), greedy so reproducible."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        concurrency: int = 8,
+        max_turns: int = 4,
+        max_tokens: int = 96,
+        timeout_s: float = 300.0,
+    ) -> None:
+        self.client = openai.OpenAI(base_url=endpoint, api_key=api_key or "not-needed", timeout=timeout_s)
+        self.model = model
+        self.concurrency = concurrency
+        self.max_turns = max_turns
+        self.max_tokens = max_tokens
+        self._memo: dict[tuple[str, str, str], Episode] = {}
+        self._lock = threading.Lock()
+
+    def episodes(self, harness: Harness, policy: PolicySpec | None, tasks: Sequence[Task]) -> list[Episode]:
+        model = policy.served_model if policy else self.model
+        key = harness.content_hash()
+        missing = [t for t in tasks if (key, model, t.id) not in self._memo]
+
+        def one(task: Task) -> Episode:
+            return run_episode(self.client, model, task, harness, max_turns=self.max_turns, max_tokens=self.max_tokens)
+
+        with ThreadPoolExecutor(max(1, min(self.concurrency, len(missing) or 1))) as pool:
+            for task, episode in zip(missing, pool.map(one, missing), strict=True):
+                with self._lock:
+                    self._memo[(key, model, task.id)] = episode
+        return [self._memo[(key, model, t.id)] for t in tasks]
+
+    def run(self, harness: Harness, policy: PolicySpec | None, tasks: Sequence[Any]) -> list[TaskOutcome]:
+        return [
+            TaskOutcome(
+                task_id=e.task.id,
+                cluster=e.task.intent,
+                success=e.verdict.success,
+                reward=float(e.verdict.success),
+                violation=e.verdict.violation,
+                detail=", ".join(e.verdict.failed),
+            )
+            for e in self.episodes(harness, policy, tasks)
+        ]
