@@ -32,6 +32,7 @@ from evolvable.control.gates import GateConfig, Gates, ReplayFailed, ReplaySuite
 from evolvable.control.journal import Journal
 from evolvable.control.judge import Judge, judge_agreement
 from evolvable.control.leader import LeaderLock
+from evolvable.control.lever_choice import calibration
 from evolvable.control.models import (
     AnalysisResult,
     Decision,
@@ -208,6 +209,7 @@ class ControlPlane:
             active_version=active.id,
             parent_version=parent,
             recent=self.journal.decisions(agent, limit=20),
+            history=self.journal.decisions(agent, limit=200),
             runs=runs,
             can_explore=explorer_of(self.suites.get(agent)) is not None,
         )
@@ -257,7 +259,12 @@ class ControlPlane:
             proposal.lever,
             rationale=proposal.rationale,
             evidence=evidence,
-            predicted={"improve": proposal.improve, "at_risk": proposal.at_risk, "target": proposal.target},
+            predicted={
+                "improve": proposal.improve,
+                "at_risk": proposal.at_risk,
+                "target": proposal.target,
+                **proposal.expected,
+            },
             baseline_version=active.id,
             requires_approval=proposal.lever in self.config.decision.approval_levers,
         )
@@ -351,7 +358,13 @@ class ControlPlane:
                 state=DecisionState.gated_out,
                 gates=gates,
                 verdict=verdict,
-                verdict_detail={"measured_on": "replay", **{k: v for k, v in failed.items() if k != "name"}},
+                verdict_detail={
+                    "measured_on": "replay",
+                    "measured_effect": round(
+                        (failed.get("candidate_rate") or 0) - (failed.get("baseline_rate") or 0), 4
+                    ),
+                    **{k: v for k, v in failed.items() if k != "name"},
+                },
             )
             report.actions.append(
                 f"{say}: candidate {record.id} stopped by the {failed['name']} gate: {failed['reason']}"
@@ -552,6 +565,7 @@ class ControlPlane:
                 "clusters": {c: {"n": g.n, "success_rate": g.success_rate} for c, g in stats.clusters.items()},
                 "decisions": len(self.journal.decisions(name)),
                 "judge": judge_agreement(runs, self.config.success_threshold),
+                "calibration": calibration(self.journal.decisions(name, limit=200)),
             }
         return out
 
@@ -593,6 +607,8 @@ def measure_verdict(decision: Decision, after: list[RunSummary], delta: float) -
     predicted = [c for c in decision.predicted.get("improve", []) if c in clusters]
     detail = {
         "measured_on": "live",
+        "predicted_effect": decision.predicted.get("effect"),
+        "measured_effect": round(a_s / a_n - b_s / b_n, 4) if a_n and b_n else None,
         "clusters": clusters,
         "improved": improved,
         "harmed": harmed,
