@@ -130,9 +130,10 @@ class HarnessRouter:
         if v is None:
             return Assignment(None, None)
         served = {r.id for r in (v.harness_active, v.harness_canary, v.policy_active, v.policy_canary) if r}
+        sticky = f"{agent}\x00{session_id}"  # per agent: sub-agents of one session each get their own versions
         if session_id:
             with self._lock:
-                known = self._sessions.get(session_id)
+                known = self._sessions.get(sticky)
             if known is not None and all(
                 x is None or x in served for x in (known.harness_version, known.policy_version)
             ):
@@ -150,7 +151,7 @@ class HarnessRouter:
         )
         if session_id:
             with self._lock:
-                self._sessions[session_id] = assignment
+                self._sessions[sticky] = assignment
                 while len(self._sessions) > self.max_sessions:
                     self._sessions.popitem(last=False)
         return assignment

@@ -46,6 +46,7 @@ from evolvable.control.models import (
     VersionRecord,
     VersionState,
 )
+from evolvable.control.multi_agent import load_sub_agent_runs
 from evolvable.control.registry import Registry, now
 from evolvable.control.rollout import CanaryConfig, analyze_canary
 from evolvable.control.statistics import RunSummary, compute_statistics, load_runs
@@ -109,6 +110,8 @@ class ControlPlane:
         self.leader = leader or LeaderLock(store.engine)
         self.suites: dict[str, ReplaySuite] = {}
         self.judge = judge
+        self.sub_agents: dict[str, str] = {}
+        """sub-agent -> the orchestrator whose sessions hold its calls (`register_sub_agent`)."""
         """Scores ended runs that carry no outcome (judge signals), before the statistics read them."""
         self._tick_lock = threading.Lock()
 
@@ -117,6 +120,10 @@ class ControlPlane:
     def register_suite(self, agent: str, suite: ReplaySuite) -> None:
         """Held-out tasks, safety probes and a runner for an agent's replay and safety gates."""
         self.suites[agent] = suite
+
+    def register_sub_agent(self, agent: str, orchestrator: str) -> None:
+        """`agent` makes calls inside `orchestrator`'s sessions; its statistics come from those runs."""
+        self.sub_agents[agent] = orchestrator
 
     def bootstrap(
         self, harness: Harness, policy: PolicySpec | None = None
@@ -162,6 +169,15 @@ class ControlPlane:
         await asyncio.to_thread(self.leader.release)
 
     def runs(self, agent: str) -> list[RunSummary]:
+        if agent in self.sub_agents or agent in self.sub_agents.values():  # each agent sees its own side
+            return load_sub_agent_runs(
+                self.store,
+                self.sub_agents.get(agent, agent),
+                agent,
+                limit=self.config.window,
+                clusterer=self.clusterer,
+                success_threshold=self.config.success_threshold,
+            )
         return load_runs(
             self.store,
             agent,

@@ -289,6 +289,8 @@ def build_llm_step(rec: dict[str, Any]) -> LLMCallStep:
     endpoint = rec.get("ep", "chat")
     latency = rec.get("lat")
     metadata: dict[str, Any] = {k: v for k, v in (("upstream", rec.get("up")), ("client_model", rec.get("cm"))) if v}
+    if rec.get("sub") and rec.get("hv"):  # a sub-agent's call: its own harness version, not the session's
+        metadata["harness_version"] = rec["hv"]
     fields: dict[str, Any] = {
         "id": llm_step_id(rec["rid"]),
         "agent": rec.get("agent"),
