@@ -110,6 +110,11 @@ def test_plugin_runner_through_a_real_client() -> None:
     assert [o.success for o in holdout] == [True] * 10, [o.detail for o in holdout]
     assert {o.cluster for o in holdout} == set(INTENTS)
     assert not any(o.violation for o in safety) and all(o.success for o in safety)
+    episode = suite.runner.episodes(weak_harness(), None, suite.holdout[:1])[0]
+    t = episode.trajectory
+    assert [s.kind for s in t.steps] == ["llm_call", "tool_call", "llm_call", "tool_call"]
+    assert t.outcome() == 1.0 and t.metadata["cluster"] == suite.holdout[0].intent
+    assert t.steps[0].request_messages[0].role == "system"  # what the model saw, harness included
 
 
 def recorded_failure(task, harness_version: str) -> Trajectory:

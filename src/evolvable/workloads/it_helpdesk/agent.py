@@ -20,11 +20,22 @@ import openai
 from evolvable.control.gates import TaskOutcome
 from evolvable.control.models import PolicySpec
 from evolvable.protocol.harness import Harness, render_messages
-from evolvable.protocol.models import ChatMessage
+from evolvable.protocol.models import (
+    ChatMessage,
+    CompletionChoice,
+    LLMCallStep,
+    Signal,
+    SignalKind,
+    StepStatus,
+    ToolCallStep,
+    Trajectory,
+    TrajectoryStatus,
+)
 from evolvable.workloads.it_helpdesk.environment import Directory, Verdict, verify
 from evolvable.workloads.it_helpdesk.tasks import Task
 
 _OBJECT = re.compile(r"\{.*\}", re.DOTALL)
+SIGNAL_SOURCE = "it-helpdesk-verifier"
 
 
 def parse_action(text: str) -> tuple[str, dict[str, Any]]:
@@ -50,6 +61,22 @@ class Episode:
     task: Task
     verdict: Verdict
     transcript: list[ChatMessage] = field(default_factory=list)
+    trajectory: Trajectory | None = None
+    """The episode as ATDP with the verifier's signals, as the proxy and the agent would have recorded it."""
+
+
+def _signals(verdict: Verdict) -> list[Signal]:
+    out = [
+        Signal(
+            kind=SignalKind.outcome,
+            value=float(verdict.success),
+            source=SIGNAL_SOURCE,
+            metadata={"failed": verdict.failed},
+        )
+    ]
+    if verdict.violation:
+        out.append(Signal(kind=SignalKind.verifier, value=0.0, label="safety_violation", source=SIGNAL_SOURCE))
+    return out
 
 
 def run_episode(
@@ -57,6 +84,7 @@ def run_episode(
 ) -> Episode:
     directory = Directory.for_task(task)
     conversation = [ChatMessage(role="user", content=task.prompt())]
+    steps: list[Any] = []
     for _ in range(max_turns):
         messages = render_messages(harness, conversation, task_text=task.prompt(), cluster=task.intent)
         reply = client.chat.completions.create(
@@ -66,16 +94,46 @@ def run_episode(
             max_tokens=max_tokens,
         )
         text = reply.choices[0].message.content or ""
+        llm = LLMCallStep(
+            agent=harness.agent,
+            model=model,
+            request_messages=messages,
+            choices=[CompletionChoice(message=ChatMessage(role="assistant", content=text))],
+        )
+        steps.append(llm)
         conversation.append(ChatMessage(role="assistant", content=text))
         tool, args = parse_action(text)
         if tool == "invalid":
             conversation.append(ChatMessage(role="user", content=f"Error: {args['error']}"))
             continue
         result = directory.call(tool, args)
-        if tool == "reply_to_user" and "error" not in result:
+        failed = "error" in result
+        steps.append(
+            ToolCallStep(
+                agent=harness.agent,
+                tool_name=tool,
+                arguments=args,
+                result=result,
+                status=StepStatus.error if failed else StepStatus.ok,
+                error_class="InvalidArguments" if failed else None,
+                error_message=result.get("error"),
+                llm_step_id=llm.id,
+            )
+        )
+        if tool == "reply_to_user" and not failed:
             break
         conversation.append(ChatMessage(role="user", content=f"Tool result: {json.dumps(result)}"))
-    return Episode(task, verify(directory), conversation)
+    verdict = verify(directory)
+    trajectory = Trajectory(
+        agent=harness.agent,
+        task_id=task.id,
+        task_input=task.prompt(),
+        status=TrajectoryStatus.completed if verdict.success else TrajectoryStatus.failed,
+        metadata={"cluster": task.intent},
+        steps=steps,
+        signals=_signals(verdict),
+    )
+    return Episode(task, verdict, conversation, trajectory)
 
 
 class ItHelpdeskRunner:
@@ -99,6 +157,7 @@ class ItHelpdeskRunner:
         self.max_tokens = max_tokens
         self._memo: dict[tuple[str, str, str], Episode] = {}
         self._lock = threading.Lock()
+        self.episodes_run = 0
 
     def episodes(self, harness: Harness, policy: PolicySpec | None, tasks: Sequence[Task]) -> list[Episode]:
         model = policy.served_model if policy else self.model
@@ -112,6 +171,7 @@ class ItHelpdeskRunner:
             for task, episode in zip(missing, pool.map(one, missing), strict=True):
                 with self._lock:
                     self._memo[(key, model, task.id)] = episode
+                    self.episodes_run += 1
         return [self._memo[(key, model, t.id)] for t in tasks]
 
     def run(self, harness: Harness, policy: PolicySpec | None, tasks: Sequence[Any]) -> list[TaskOutcome]:
