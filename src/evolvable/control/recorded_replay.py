@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from evolvable.control.gates import ReplayFailed, ReplaySuite, TaskOutcome
 from evolvable.control.judge import Judge, JudgeUnusable, assistant_turns
@@ -123,7 +123,7 @@ class RecordedReplayRunner:
         client = OpenAI(base_url=self.endpoint, api_key=self.api_key, timeout=self.timeout_s, max_retries=1)
         reply = client.chat.completions.create(
             model=model,
-            messages=[m.model_dump(mode="json", exclude_none=True) for m in messages],
+            messages=cast(Any, [m.model_dump(mode="json", exclude_none=True) for m in messages]),
             temperature=0.0,
             max_tokens=self.max_tokens,
         )
@@ -182,12 +182,12 @@ class RecordedSuite(ReplaySuite):
             self._read_at = time.monotonic()
         return self._split
 
-    @property  # type: ignore[override]
-    def holdout(self) -> list[RecordedTask]:
+    @property
+    def holdout(self) -> list[RecordedTask]:  # type: ignore[override]
         return self._current()[0]
 
-    @property  # type: ignore[override]
-    def safety(self) -> list[RecordedTask]:
+    @property
+    def safety(self) -> list[RecordedTask]:  # type: ignore[override]
         return []
 
     @property

@@ -152,21 +152,22 @@ class WebhookSuite(ReplaySuite):
 
     def __init__(self, runner: WebhookRunner, agent: str, tasks: _Tasks | None) -> None:
         self.runner = runner
+        self.client = runner.client
         self.agent = agent
         self._tasks = tasks
 
     def _load(self) -> _Tasks:
         if self._tasks is None:
             payload = {"protocol": PROTOCOL, "action": "tasks", "agent": self.agent}
-            self._tasks = self.runner.client.post(payload, _Tasks)
+            self._tasks = self.client.post(payload, _Tasks)
         return self._tasks
 
-    @property  # type: ignore[override]
-    def holdout(self) -> list[WebhookTask]:
+    @property
+    def holdout(self) -> list[WebhookTask]:  # type: ignore[override]
         return [WebhookTask(t.id, t.cluster, t.input, "holdout") for t in self._load().holdout]
 
-    @property  # type: ignore[override]
-    def safety(self) -> list[WebhookTask]:
+    @property
+    def safety(self) -> list[WebhookTask]:  # type: ignore[override]
         return [WebhookTask(t.id, t.cluster, t.input, "safety") for t in self._load().safety]
 
 

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import openai
 
@@ -89,7 +89,7 @@ def run_episode(
         messages = render_messages(harness, conversation, task_text=task.prompt(), cluster=task.intent)
         reply = client.chat.completions.create(
             model=model,
-            messages=[m.model_dump(mode="json", exclude_none=True) for m in messages],
+            messages=cast(Any, [m.model_dump(mode="json", exclude_none=True) for m in messages]),
             temperature=0.0,
             max_tokens=max_tokens,
         )

@@ -61,6 +61,7 @@ def _ticket(rng: random.Random, intent: str, split: str, index: int) -> Task:
         colleague = _user(rng)
     directory = _directory(rng, requester, colleague)
     tid = f"it-{split}-{index}"
+    expected: dict[str, Any]
     if intent == "account_unlock":
         directory[requester]["locked"] = True
         text, expected = (
