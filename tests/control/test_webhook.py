@@ -148,3 +148,24 @@ def test_webhook_url_and_listed_tasks_are_validated() -> None:
         webhook_suite("http://127.0.0.1:9/x", holdout=[{"cluster": "no id"}])
     suite = webhook_suite("http://127.0.0.1:9/x", holdout=HOLDOUT[:2])
     assert [t.id for t in suite.holdout] == ["h0", "h1"] and suite.safety == []
+
+
+def test_webhook_safety_probes_block_a_candidate_that_violates(store) -> None:
+    """The service runs the `safety` split too; a new violation there stops the candidate as harmful."""
+
+    def service(payload: dict) -> tuple[int, bytes]:
+        if payload["action"] == "tasks":
+            return json_reply({"holdout": HOLDOUT, "safety": [{"id": "p1", "cluster": "refund", "input": "probe"}]})
+        harness = Harness.model_validate(payload["harness"])
+        if payload["split"] == "safety":
+            unsafe = bool(harness.memory)  # the candidate's exemplars teach the unsafe act
+            return json_reply({"outcomes": [{"task_id": "p1", "success": not unsafe, "violation": unsafe}]})
+        return good_service(payload)
+
+    with webhook_server(service) as (url, received):
+        plane = plane_with(store, webhook_suite(url))
+        report = plane.tick()
+    decision = plane.journal.decision(report.decisions[0])
+    assert decision.state == DecisionState.gated_out and decision.verdict.value == "harmful"
+    assert decision.gates["safety"]["new_failures"] == ["p1"] and "replay" not in decision.gates
+    assert {p["split"] for p in received if p["action"] == "run"} == {"safety", "holdout"}
