@@ -115,3 +115,15 @@ def test_evolver_settings() -> None:
     assert model.model == "m" and model.timeout_s == 5.0 and model.api_key == "not-needed"
     with pytest.raises(ValueError, match="'base_url'"):
         evolver_model_from_settings({"model": "m"})
+
+
+def test_a_prefilled_evolver_model_keeps_the_rule_it_started(sqlite_store) -> None:
+    failing_runs(sqlite_store, "h1-a")
+    runs = load_runs(sqlite_store, AGENT)
+    ctx = EvolveContext(AGENT, sqlite_store, base_harness(), "h1-a", runs, compute_statistics(AGENT, runs))
+    with MockOpenAI(lambda messages: 'Confirm the user id before acting." and then some') as server:
+        model = EvolverModel(server.base_url, "small", prefill=True)
+        cand = PromptEvolver(model).propose(ctx, Proposal(Lever.prompt, "r", ""))
+        assert server.chat_requests[0]["continue_final_message"] is True
+    assert cand.note == "prompt (written by small)"
+    assert cand.harness.system_prompt.endswith("- Confirm the user id before acting.")

@@ -123,3 +123,31 @@ def test_settings_build_a_judge() -> None:
     assert judge.rubric_for(AGENT) == "be kind" and judge.rubric_for("other").startswith("A run is good")
     with pytest.raises(ValueError, match="'model'"):
         judge_from_settings({"base_url": "http://x/v1"})
+
+
+@pytest.mark.parametrize(
+    ("continuation", "score", "reason"),
+    [('0.75, "reason": "close"}', 0.75, "close"), ("1 because it worked", 1.0, "because it worked")],
+)
+def test_a_prefilled_judge_reads_the_number_the_model_continued_with(continuation, score, reason) -> None:
+    with MockOpenAI(lambda messages: continuation) as server:
+        judged = Judge(server.base_url, "small", prefill=True).score_one(AGENT, "Task: x")
+        request = server.chat_requests[0]
+    assert (judged.score, judged.reason) == (score, reason)
+    assert request["messages"][-1] == {"role": "assistant", "content": '{"score": '}
+    assert request["continue_final_message"] is True and request["add_generation_prompt"] is False
+
+
+def test_a_prefilled_judge_still_refuses_a_continuation_that_is_no_score() -> None:
+    with MockOpenAI(lambda messages: "maybe good") as server, pytest.raises(JudgeUnusable, match="continued"):
+        Judge(server.base_url, "small", prefill=True).score_one(AGENT, "Task: x")
+
+
+def test_a_prefilled_judge_ranks_runs_one_call_each_seeing_all(sqlite_store) -> None:
+    ids = unjudged(sqlite_store, 3)
+    with MockOpenAI(lambda messages: "0.4}") as server:
+        report = Judge(server.base_url, "small", prefill=True).judge_pending(sqlite_store, AGENT)
+        prompts = [r["messages"][1]["content"] for r in server.chat_requests]
+    assert report.judged == 3 and len(prompts) == 3
+    assert all(p.count("### Run") == 3 for p in prompts) and "score run 3" in prompts[2]
+    assert [sqlite_store.get_trajectory(i).signals[0].value for i in ids] == [0.4, 0.4, 0.4]

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from evolvable.control.model_call import chat
 from evolvable.control.models import REPLAY_METADATA_KEY
 from evolvable.protocol.models import LLMCallStep, Signal, SignalAttached, SignalKind, Trajectory, TrajectoryStatus
 
@@ -31,6 +32,8 @@ DEFAULT_RUBRIC = (
     "results truthfully, and does nothing unsafe or unauthorised. A run is bad when it gives up, guesses, "
     "ignores a tool error, or answers something other than what was asked."
 )
+JUDGE_SYSTEM = "You are a strict, fair judge of AI agent runs."
+SCORE_PREFILL = '{"score": '
 ENDED = (TrajectoryStatus.completed, TrajectoryStatus.failed, TrajectoryStatus.abandoned)
 MAX_TURN_CHARS = 600
 
@@ -124,6 +127,7 @@ class Judge:
         max_tokens: int = 300,
         group_size: int = 6,
         max_per_tick: int = 48,
+        prefill: bool = False,
     ) -> None:
         self.base_url = base_url
         self.model = model
@@ -134,6 +138,8 @@ class Judge:
         self.max_tokens = max_tokens
         self.group_size = group_size
         self.max_per_tick = max_per_tick
+        self.prefill = prefill
+        """Start the JSON answer for the model (small models; needs vLLM's continue_final_message)."""
 
     @property
     def source(self) -> str:
@@ -142,33 +148,60 @@ class Judge:
     def rubric_for(self, agent: str) -> str:
         return self.rubrics.get(agent, self.rubric)
 
-    def complete(self, system: str, prompt: str) -> str:
-        from openai import OpenAI
-
-        client = OpenAI(base_url=self.base_url, api_key=self.api_key, timeout=self.timeout_s, max_retries=1)
+    def complete(self, system: str, prompt: str, prefill: str | None = None) -> str:
         try:
-            reply = client.chat.completions.create(
-                model=self.model,
-                messages=[{"role": "system", "content": system}, {"role": "user", "content": prompt}],
-                temperature=0.0,
+            return chat(
+                self.base_url,
+                self.model,
+                self.api_key,
+                system,
+                prompt,
+                timeout_s=self.timeout_s,
                 max_tokens=self.max_tokens,
+                prefill=prefill if self.prefill else None,
             )
         except Exception as err:  # any transport or API failure: the run stays unjudged
             raise JudgeUnusable(f"judge call failed: {type(err).__name__}: {err}") from err
-        return reply.choices[0].message.content or ""
+
+    def _scored(self, system: str, prompt: str) -> JudgeScore:
+        """A single score: the JSON asked for, or with a prefill the number the model continued it with."""
+        text = self.complete(system, prompt, SCORE_PREFILL)
+        try:
+            return _score(_json_object(text))
+        except JudgeUnusable:
+            if not self.prefill or not text.startswith(SCORE_PREFILL):
+                raise
+        match = re.match(r"\s*(1(?:\.0+)?|0(?:\.\d+)?)\b(.*)", text[len(SCORE_PREFILL) :], re.DOTALL)
+        if match is None:
+            raise JudgeUnusable(f"judge continued the score with {text[len(SCORE_PREFILL) :][:60]!r}")
+        reason = re.sub(r'^[\s,"]*(reason"?\s*:\s*"?)?', "", match.group(2)).split('"')[0].strip()
+        return JudgeScore(float(match.group(1)), reason[:300])
 
     # ------------------------------------------------------------------ scoring
 
     def rank(self, agent: str, transcripts: Sequence[str]) -> list[JudgeScore]:
-        """RULER-style: all runs of one cluster in one prompt, each scored relative to the others."""
+        """RULER-style: all runs of one cluster in one prompt, each scored relative to the others.
+
+        With a prefill the model scores one run per call, still seeing all of them (the shared prefix
+        is cached by the policy server), since a small model cannot write the whole list."""
         runs = "\n\n".join(f"### Run {i}\n{text}" for i, text in enumerate(transcripts, start=1))
+        if self.prefill:
+            return [
+                self._scored(
+                    JUDGE_SYSTEM,
+                    f"Rubric: {self.rubric_for(agent)}\n\nThese {len(transcripts)} runs attempt the same kind of "
+                    f"task.\n\n{runs}\n\nCompared with the others, score run {k} from 0 (failed) to 1 (fully "
+                    'accomplished). Answer with JSON only: {"score": 0.0, "reason": "..."}',
+                )
+                for k in range(1, len(transcripts) + 1)
+            ]
         prompt = (
             f"Rubric: {self.rubric_for(agent)}\n\nThese {len(transcripts)} runs attempt the same kind of task. "
             "Compare them and score each from 0 (failed) to 1 (fully accomplished); better runs score higher.\n\n"
             f"{runs}\n\nAnswer with JSON only: "
             '{"scores": [{"run": 1, "score": 0.0, "reason": "...", "decisive_turn": 1}, ...]} with one entry per run.'
         )
-        obj = _json_object(self.complete("You are a strict, fair judge of AI agent runs.", prompt))
+        obj = _json_object(self.complete(JUDGE_SYSTEM, prompt))
         entries = obj.get("scores")
         if not isinstance(entries, list) or len(entries) != len(transcripts):
             got = len(entries) if isinstance(entries, list) else 0
@@ -183,7 +216,7 @@ class Judge:
             f"Rubric: {self.rubric_for(agent)}\n\n{text}\n\nScore this run from 0 (failed) to 1 (fully accomplished). "
             'Answer with JSON only: {"score": 0.0, "reason": "...", "decisive_turn": 1}'
         )
-        return _score(_json_object(self.complete("You are a strict, fair judge of AI agent runs.", prompt)))
+        return self._scored(JUDGE_SYSTEM, prompt)
 
     def compare(self, agent: str, context: str, reference: str, reference_ok: bool | None, answer: str) -> JudgeScore:
         """Is `answer` (a candidate's reply to a recorded turn) good, given the recorded reply and how the run ended?"""
@@ -196,7 +229,7 @@ class Judge:
             "turn at least as well as a successful recorded reply). "
             'Answer with JSON only: {"score": 0.0, "reason": "..."}'
         )
-        return _score(_json_object(self.complete("You are a strict, fair judge of AI agent replies.", prompt)))
+        return self._scored(JUDGE_SYSTEM, prompt)
 
     def score_group(self, agent: str, transcripts: Sequence[str]) -> list[JudgeScore | JudgeUnusable]:
         """Relative scores for the group; when the group reply is unusable, each run on its own."""
@@ -293,6 +326,7 @@ def judge_from_settings(settings: Mapping[str, Any]) -> Judge:
         settings.get("rubric") or DEFAULT_RUBRIC,
         rubrics=settings.get("rubrics"),
         timeout_s=float(settings.get("timeout_s", 120.0)),
+        prefill=bool(settings.get("prefill", False)),
     )
 
 

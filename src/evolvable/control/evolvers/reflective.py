@@ -26,6 +26,7 @@ from evolvable.control.decision import Proposal
 from evolvable.control.evolvers import EvolveContext, HarnessCandidate, LeverUnavailable
 from evolvable.control.evolvers.pareto import cluster_rates, parent_for, pareto_front
 from evolvable.control.evolvers.playbook import Playbook
+from evolvable.control.model_call import chat
 from evolvable.control.models import Lever
 from evolvable.control.statistics import RunSummary
 from evolvable.errors import ControlError, NotFound
@@ -50,6 +51,7 @@ LABEL_HINTS = {
     "decisive_judged_failure": "",
 }
 RULES_HEADER = "Rules learned from experience:"
+OPS_PREFILL = '{"operations": [{"op": "add", "text": "'
 MAX_EXAMPLES = 3
 EDIT_INSTRUCTIONS = (
     "Answer with JSON only: "
@@ -68,21 +70,25 @@ class EvolverModel:
     api_key: str = "not-needed"
     timeout_s: float = 60.0
     max_tokens: int = 400
+    prefill: bool = False
+    """Start the answer as one `add` operation for the model (small models; vLLM's continue_final_message)."""
 
     def complete(self, prompt: str) -> str:
-        from openai import OpenAI
-
-        client = OpenAI(base_url=self.base_url, api_key=self.api_key, timeout=self.timeout_s, max_retries=1)
-        reply = client.chat.completions.create(
-            model=self.model,
-            messages=[
-                {"role": "system", "content": "You improve the instructions of an AI agent from evidence of its runs."},
-                {"role": "user", "content": prompt},
-            ],
-            temperature=0.0,
+        text = chat(
+            self.base_url,
+            self.model,
+            self.api_key,
+            "You improve the instructions of an AI agent from evidence of its runs.",
+            prompt,
+            timeout_s=self.timeout_s,
             max_tokens=self.max_tokens,
+            prefill=OPS_PREFILL if self.prefill else None,
         )
-        return reply.choices[0].message.content or ""
+        if self.prefill and _json_object(text) is None and text.startswith(OPS_PREFILL):
+            # The model wrote the rule and ran out of tokens or closed the JSON badly: keep the rule.
+            rule = text[len(OPS_PREFILL) :].split('"')[0].strip()
+            return json.dumps({"operations": [{"op": "add", "text": rule}]}) if rule else text
+        return text
 
 
 def evolver_model_from_settings(settings: Mapping[str, Any]) -> EvolverModel:
@@ -97,6 +103,7 @@ def evolver_model_from_settings(settings: Mapping[str, Any]) -> EvolverModel:
         api_key=str(settings.get("api_key") or "not-needed"),
         timeout_s=float(settings.get("timeout_s", 60.0)),
         max_tokens=int(settings.get("max_tokens", 400)),
+        prefill=bool(settings.get("prefill", False)),
     )
 
 
