@@ -137,9 +137,12 @@ def run_arm(
     runner, agent = bench.runner, bench.agent
     judge = None
     if name in MODEL_ARMS:
-        model = EvolverModel(args.endpoint_used, args.model, max_tokens=args.evolver_tokens, timeout_s=1800)
+        # The embedded 135M model answers JSON requests in prose: its answers are prefilled (model_call.py).
+        model = EvolverModel(
+            args.endpoint_used, args.model, max_tokens=args.evolver_tokens, timeout_s=1800, prefill=True
+        )
         evolvers = default_evolvers(model)
-        judge = Judge(args.endpoint_used, args.model, max_tokens=args.evolver_tokens, timeout_s=1800)
+        judge = Judge(args.endpoint_used, args.model, max_tokens=args.evolver_tokens, timeout_s=1800, prefill=True)
     else:
         evolvers = default_evolvers()
     evolvers[Lever.memory] = MemoryEvolver(explore_tasks=args.explore_tasks)

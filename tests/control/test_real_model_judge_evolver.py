@@ -31,9 +31,10 @@ def test_embedded_model_judges_and_evolves(policy_server: str, sqlite_store) -> 
         t = make_trajectory(cluster="refund", success=i % 2 == 0, harness_version="h1-a", label="late")
         t.signals = [s for s in t.signals if s.kind != SignalKind.outcome]
         sqlite_store.put_trajectory(t)
-    judge = Judge(policy_server, model, max_tokens=160, group_size=4)
+    judge = Judge(policy_server, model, max_tokens=60, group_size=4, prefill=True)
     report = judge.judge_pending(sqlite_store, AGENT)
     assert report.judged + len(report.skipped) == 4, report
+    assert report.judged >= 1, report  # prefilled, the 135M model does give scores
     for t in sqlite_store.iter_trajectories(_all()):
         judged = [s for s in t.signals if s.kind == SignalKind.judge]
         assert all(0.0 <= s.value <= 1.0 and s.source == f"judge:{model}" for s in judged)
@@ -44,7 +45,7 @@ def test_embedded_model_judges_and_evolves(policy_server: str, sqlite_store) -> 
         update={"skills": [Skill(name="handle_refund", instructions="- Keep this rule.", applies_to=["refund"])]}
     )
     ctx = EvolveContext(AGENT, sqlite_store, start, "h1-a", runs, compute_statistics(AGENT, runs))
-    evolver = SkillEvolver(EvolverModel(policy_server, model, max_tokens=160, timeout_s=300))
+    evolver = SkillEvolver(EvolverModel(policy_server, model, max_tokens=80, timeout_s=300, prefill=True))
     cand = evolver.propose(ctx, Proposal(Lever.skill, "r", "", target={"clusters": ["refund"]}))
     skill = next(s for s in cand.harness.skills if s.name == "handle_refund")
     lines = skill.instructions.splitlines()
@@ -53,7 +54,7 @@ def test_embedded_model_judges_and_evolves(policy_server: str, sqlite_store) -> 
     if not any(op["op"] == "patch" for op in ops):
         assert lines[0] == "- Keep this rule."
     assert all(f"- {op['text']}" in lines for op in ops if op["op"] == "add")
-    assert "written by" in cand.note or "distilled" in cand.note
+    assert "written by" in cand.note, cand.note  # prefilled, the 135M model writes a rule
 
 
 def _all():
