@@ -216,8 +216,11 @@ def write_results(args: argparse.Namespace, runner: Any, results: list[dict], to
     """Written after every arm, so a long run that is cut short still leaves what it measured."""
     args.out.parent.mkdir(parents=True, exist_ok=True)
     load = os.getloadavg()
+    root = Path(__file__).resolve().parents[1]
+    out = args.out.resolve()
+    shown = str(out.relative_to(root)) if out.is_relative_to(root) else out.name  # no machine paths in results
     payload = {
-        "args": vars(args),
+        "args": {**vars(args), "out": shown},
         "episodes_run": runner.episodes_run,
         "total_s": total_s,
         "load_average": load,
