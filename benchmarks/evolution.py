@@ -30,9 +30,8 @@ import os
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from rich.console import Console
 from rich.progress import Progress
@@ -62,9 +61,10 @@ MODEL_ARMS = frozenset({"auto", "recorded"})
 """Arms whose evolver model and judge are the embedded model."""
 
 
-@dataclass
-class Bench:
-    """What the benchmark needs of a workload: its agent, weak start, runner and task generator."""
+class Bench(NamedTuple):
+    """What the benchmark needs of a workload: its agent, weak start, runner and task generator.
+
+    (A NamedTuple, not a dataclass: tests load this script as a module without registering it.)"""
 
     name: str
     agent: str
@@ -88,10 +88,7 @@ def bench_for(args: argparse.Namespace, endpoint: str) -> Bench:
             timeout_s=1800,
         )
         return Bench("IT helpdesk", AGENT_NAME, weak_harness, runner, generate_tasks)
-    from evolvable.workloads.support_desk.harnesses import AGENT_NAME as DESK
-    from evolvable.workloads.support_desk.harnesses import weak_harness as weak_desk
     from evolvable.workloads.support_desk.replay import SupportDeskRunner
-    from evolvable.workloads.support_desk.tasks import generate_tasks as desk_tasks
 
     runner = SupportDeskRunner(
         endpoint,
@@ -101,7 +98,7 @@ def bench_for(args: argparse.Namespace, endpoint: str) -> Bench:
         max_tokens=args.max_tokens,
         timeout_s=1800,
     )
-    return Bench("support desk", DESK, weak_desk, runner, desk_tasks)
+    return support_desk_bench(runner)
 
 
 def config_for(levers: frozenset[Lever], batch_size: int) -> ControlConfig:
@@ -121,22 +118,32 @@ def config_for(levers: frozenset[Lever], batch_size: int) -> ControlConfig:
     )
 
 
+def support_desk_bench(runner: Any) -> Bench:
+    from evolvable.workloads.support_desk.harnesses import AGENT_NAME, weak_harness
+    from evolvable.workloads.support_desk.tasks import generate_tasks
+
+    return Bench("support desk", AGENT_NAME, weak_harness, runner, generate_tasks)
+
+
 def run_arm(
     name: str,
     levers: frozenset[Lever],
     args: argparse.Namespace,
-    bench: Bench,
+    bench: Bench | Any,
     tasks: dict,
     progress: Progress,
     workdir: Path | None = None,
 ) -> dict:
+    """One arm; `bench` may also be a bare support-desk runner (the loop test passes one)."""
+    if not isinstance(bench, Bench):
+        bench = support_desk_bench(bench)
     workdir = workdir or Path(tempfile.mkdtemp(prefix=f"evolution-{name}-"))
     workdir.mkdir(parents=True, exist_ok=True)
     store = Store.open(f"sqlite:///{workdir / 'store.db'}")
     router = HarnessRouter(store.engine, refresh_interval_s=3600)
     runner, agent = bench.runner, bench.agent
     judge = None
-    if name in MODEL_ARMS:
+    if name in MODEL_ARMS and getattr(args, "endpoint_used", None):
         # The embedded 135M model answers JSON requests in prose: its answers are prefilled (model_call.py).
         model = EvolverModel(
             args.endpoint_used, args.model, max_tokens=args.evolver_tokens, timeout_s=1800, prefill=True
