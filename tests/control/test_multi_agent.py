@@ -105,3 +105,39 @@ def test_sub_agents_in_one_session_each_get_their_own_harness_record_and_decisio
         assert plane.registry.current(PLANNER, VersionKind.harness, VersionState.active).id == planner.id
         seen, _ = session(url, 99)
     assert seen[0] == "PLANNER v1" and "be concrete" in seen[1]  # the writer's new skill, the planner unchanged
+
+
+def test_sub_agents_from_otlp_invoke_agent_spans() -> None:
+    """A trace with nested `invoke_agent` spans (OTLP ingestion) gives the same per-agent views."""
+    from evolvable.protocol.converters.otel import from_otel
+
+    def attr(key: str, value: str) -> dict:
+        return {"key": key, "value": {"stringValue": value}}
+
+    def span(sid: str, parent: str | None, start: int, operation: str, agent: str | None = None) -> dict:
+        attrs = [attr("gen_ai.operation.name", operation)]
+        attrs += [attr("gen_ai.agent.name", agent)] if agent else [attr("gen_ai.request.model", "m")]
+        out = {
+            "traceId": "5b8efff798038103d269b633813fc60d",
+            "spanId": sid,
+            "name": f"{operation} {agent or 'm'}",
+            "startTimeUnixNano": str(1700000000000000000 + start * 10**8),
+            "endTimeUnixNano": str(1700000000000000000 + (start + 1) * 10**8),
+            "attributes": attrs,
+        }
+        return out | ({"parentSpanId": parent} if parent else {})
+
+    spans = [
+        span("a000000000000001", None, 0, "invoke_agent", PLANNER),
+        span("a000000000000002", "a000000000000001", 1, "chat"),
+        span("a000000000000003", "a000000000000001", 2, "invoke_agent", WRITER),
+        span("a000000000000004", "a000000000000003", 3, "chat"),
+    ]
+    (t,) = from_otel({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]})
+    assert sub_agents_of(t) == [WRITER]
+    writer = sub_agent_view(t, WRITER)
+    planner = sub_agent_view(t, PLANNER)
+    assert [(s.kind, s.agent) for s in writer.steps if s.kind != "handoff"] == [("llm_call", WRITER)]
+    assert any(s.kind == "handoff" and s.to_agent == WRITER for s in writer.steps)
+    assert [s.kind for s in planner.steps] == ["llm_call", "handoff"]
+    assert writer.agent == WRITER and writer.metadata["orchestrator"] == PLANNER
