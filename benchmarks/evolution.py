@@ -1,11 +1,16 @@
-"""Evolution benchmark: does the control plane improve a weak support-desk agent on the embedded model?
+"""Evolution benchmark: does the control plane improve a weak agent on the embedded model?
 
-From `weak_harness()`, every arm gets the same live-traffic budget (the same train tickets, in the
-same batches) and the control plane ticks after each batch:
+For either built-in workload (`--workload support_desk|it_helpdesk`), from its `weak_harness()`,
+every arm gets the same live-traffic budget (the same train tickets, in the same batches) and the
+control plane ticks after each batch:
 
     static    no evolution
     memory / tool / skill / prompt   one lever only
-    auto      automatic lever choice (all harness levers; weights when a trainer is installed)
+    auto      automatic lever choice (all harness levers; weights when a trainer is installed), with
+              the embedded model as evolver model (playbook edits) and as judge
+    recorded  like auto, but the workload plugin is disabled for the gates: candidates are gated by
+              replaying recorded traffic under them, judged by the embedded model
+              (control/recorded_replay.py); the holdout below still uses the workload's verifiers
 
 Each arm has its own store. Candidates go through the real gates (safety probes, paired replay on
 the holdout split) and a canary (50% of new sessions, routed by `HarnessRouter.assign`). At the end
@@ -13,16 +18,20 @@ the arm's active harness is evaluated on the holdout split (success with a Wilso
 safety split (probe pass rate). Episodes are memoised by (harness, task): greedy decoding makes
 them deterministic, so identical work is never paid twice across arms.
 
-    python benchmarks/evolution.py [--batches 3 --batch-size 16 --holdout 18 --safety 9]
+    python benchmarks/evolution.py [--workload it_helpdesk] [--batches 3 --batch-size 16 --holdout 18 --safety 9]
+    python benchmarks/evolution.py --quick      # a small run for a loaded machine
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from rich.console import Console
 from rich.progress import Progress
@@ -31,21 +40,65 @@ from rich.table import Table
 from evolvable.control.decision import HARNESS_LEVERS, DecisionConfig
 from evolvable.control.evolvers import default_evolvers
 from evolvable.control.evolvers.memory import MemoryEvolver
+from evolvable.control.evolvers.reflective import EvolverModel
 from evolvable.control.gates import GateConfig, ReplaySuite
+from evolvable.control.judge import Judge
 from evolvable.control.models import Lever, PolicySpec, VersionKind, VersionState
+from evolvable.control.recorded_replay import RecordedTrafficWorkload
 from evolvable.control.rollout import CanaryConfig
 from evolvable.control.router import HarnessRouter
 from evolvable.control.runtime import ControlConfig, ControlPlane
 from evolvable.control.stats_math import wilson_interval
+from evolvable.control.workloads import WorkloadContext
 from evolvable.policy_server.launcher import policy_server
+from evolvable.protocol.harness import Harness
 from evolvable.protocol.models import new_id, utcnow
 from evolvable.store import Store
-from evolvable.workloads.support_desk.harnesses import AGENT_NAME, weak_harness
-from evolvable.workloads.support_desk.replay import SupportDeskRunner
-from evolvable.workloads.support_desk.tasks import generate_tasks
 
 RESULTS = Path(__file__).parent / "results" / "evolution.json"
 console = Console()
+MODEL_ARMS = frozenset({"auto", "recorded"})
+"""Arms whose evolver model and judge are the embedded model."""
+
+
+class Bench(NamedTuple):
+    """What the benchmark needs of a workload: its agent, weak start, runner and task generator.
+
+    (A NamedTuple, not a dataclass: tests load this script as a module without registering it.)"""
+
+    name: str
+    agent: str
+    weak_harness: Callable[[], Harness]
+    runner: Any
+    generate: Callable[..., list]
+
+
+def bench_for(args: argparse.Namespace, endpoint: str) -> Bench:
+    if args.workload == "it_helpdesk":
+        from evolvable.workloads.it_helpdesk.agent import ItHelpdeskRunner
+        from evolvable.workloads.it_helpdesk.harnesses import AGENT_NAME, weak_harness
+        from evolvable.workloads.it_helpdesk.tasks import generate_tasks
+
+        runner: Any = ItHelpdeskRunner(
+            endpoint,
+            args.model,
+            concurrency=args.concurrency,
+            max_turns=args.max_turns,
+            max_tokens=args.max_tokens,
+            timeout_s=1800,
+        )
+        return Bench("IT helpdesk", AGENT_NAME, weak_harness, runner, generate_tasks)
+    from evolvable.workloads.support_desk.replay import SupportDeskRunner
+
+    runner = SupportDeskRunner(
+        endpoint,
+        args.model,
+        concurrency=args.concurrency,
+        max_turns=args.max_turns,
+        max_tokens=args.max_tokens,
+        timeout_s=1800,
+    )
+    return support_desk_bench(runner)
 
 
 def config_for(levers: frozenset[Lever], batch_size: int) -> ControlConfig:
@@ -65,24 +118,52 @@ def config_for(levers: frozenset[Lever], batch_size: int) -> ControlConfig:
     )
 
 
+def support_desk_bench(runner: Any) -> Bench:
+    from evolvable.workloads.support_desk.harnesses import AGENT_NAME, weak_harness
+    from evolvable.workloads.support_desk.tasks import generate_tasks
+
+    return Bench("support desk", AGENT_NAME, weak_harness, runner, generate_tasks)
+
+
 def run_arm(
     name: str,
     levers: frozenset[Lever],
     args: argparse.Namespace,
-    runner: SupportDeskRunner,
+    bench: Bench | Any,
     tasks: dict,
     progress: Progress,
     workdir: Path | None = None,
 ) -> dict:
+    """One arm; `bench` may also be a bare support-desk runner (the loop test passes one)."""
+    if not isinstance(bench, Bench):
+        bench = support_desk_bench(bench)
     workdir = workdir or Path(tempfile.mkdtemp(prefix=f"evolution-{name}-"))
     workdir.mkdir(parents=True, exist_ok=True)
     store = Store.open(f"sqlite:///{workdir / 'store.db'}")
     router = HarnessRouter(store.engine, refresh_interval_s=3600)
-    evolvers = default_evolvers()
+    runner, agent = bench.runner, bench.agent
+    judge = None
+    if name in MODEL_ARMS and getattr(args, "endpoint_used", None):
+        # The embedded 135M model answers JSON requests in prose: its answers are prefilled (model_call.py).
+        model = EvolverModel(
+            args.endpoint_used, args.model, max_tokens=args.evolver_tokens, timeout_s=1800, prefill=True
+        )
+        evolvers = default_evolvers(model)
+        judge = Judge(args.endpoint_used, args.model, max_tokens=args.evolver_tokens, timeout_s=1800, prefill=True)
+    else:
+        evolvers = default_evolvers()
     evolvers[Lever.memory] = MemoryEvolver(explore_tasks=args.explore_tasks)
-    plane = ControlPlane(store, config=config_for(levers, args.batch_size), router=router, evolvers=evolvers)
-    plane.register_suite(AGENT_NAME, ReplaySuite(runner, tasks["holdout"], tasks["safety"]))
-    plane.bootstrap(weak_harness(), PolicySpec(base_model=args.model))
+    plane = ControlPlane(
+        store, config=config_for(levers, args.batch_size), router=router, evolvers=evolvers, judge=judge
+    )
+    if name == "recorded":
+        assert judge is not None
+        recorded = RecordedTrafficWorkload(store, None, agent, judge=judge, per_cluster=args.recorded_per_cluster)
+        context = WorkloadContext(args.endpoint_used, args.model, options={"refresh_s": 0})
+        plane.register_suite(agent, recorded.suite(context))
+    else:
+        plane.register_suite(agent, ReplaySuite(runner, tasks["holdout"], tasks["safety"]))
+    plane.bootstrap(bench.weak_harness(), PolicySpec(base_model=args.model))
     started = time.perf_counter()
     log: list[str] = []
     bar = progress.add_task(f"{name}", total=args.batches)
@@ -91,7 +172,7 @@ def run_arm(
         router.refresh()
         groups: dict[str, list] = {}
         for task in batch:
-            version = router.assign(AGENT_NAME, f"{name}-{b}-{task.id}").harness_version
+            version = router.assign(agent, f"{name}-{b}-{task.id}").harness_version
             groups.setdefault(version, []).append(task)
         for version, group in groups.items():
             harness = plane.registry.get(version).harness()
@@ -104,7 +185,7 @@ def run_arm(
             report = plane.tick()
             log += [f"batch {b + 1}: {a}" for a in report.actions]
         progress.advance(bar)
-    active = plane.registry.current(AGENT_NAME, VersionKind.harness, VersionState.active)
+    active = plane.registry.current(agent, VersionKind.harness, VersionState.active)
     holdout = runner.run(active.harness(), None, tasks["holdout"])
     safety = runner.run(active.harness(), None, tasks["safety"])
     wins = sum(1 for o in holdout if o.success and not o.violation)
@@ -117,8 +198,9 @@ def run_arm(
             "rationale": d.rationale,
             "gates": {k: v.get("reason") for k, v in d.gates.items() if isinstance(v, dict)},
         }
-        for d in reversed(plane.journal.decisions(AGENT_NAME))
+        for d in reversed(plane.journal.decisions(agent))
     ]
+    status = plane.status(agent)[agent]
     store.close()
     return {
         "arm": name,
@@ -131,14 +213,26 @@ def run_arm(
         "active_version": active.id,
         "decisions": decisions,
         "log": log,
+        "judge": status["judge"],
+        "calibration": status["calibration"],
         "wall_s": time.perf_counter() - started,
     }
 
 
-def write_results(args: argparse.Namespace, runner: SupportDeskRunner, results: list[dict], total_s: float) -> None:
+def write_results(args: argparse.Namespace, runner: Any, results: list[dict], total_s: float) -> None:
     """Written after every arm, so a long run that is cut short still leaves what it measured."""
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"args": vars(args), "episodes_run": runner.episodes_run, "total_s": total_s, "arms": results}
+    load = os.getloadavg()
+    root = Path(__file__).resolve().parents[1]
+    out = args.out.resolve()
+    shown = str(out.relative_to(root)) if out.is_relative_to(root) else out.name  # no machine paths in results
+    payload = {
+        "args": {**vars(args), "out": shown},
+        "episodes_run": runner.episodes_run,
+        "total_s": total_s,
+        "load_average": load,
+        "arms": results,
+    }
     args.out.write_text(json.dumps(payload, indent=2, default=str))
 
 
@@ -150,8 +244,14 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--holdout", type=int, default=18)
     parser.add_argument("--safety", type=int, default=9)
-    parser.add_argument("--arms", default="static,auto,memory,skill,prompt,tool")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="Where the JSON results go.")
+    parser.add_argument("--arms", default="static,auto,memory,skill,prompt,tool,recorded")
+    parser.add_argument("--workload", choices=("support_desk", "it_helpdesk"), default="support_desk")
+    parser.add_argument(
+        "--quick", action="store_true", help="2 batches of 8, holdout 10, safety 4: for a loaded machine."
+    )
+    parser.add_argument("--evolver-tokens", type=int, default=200, help="max_tokens of the evolver and judge model.")
+    parser.add_argument("--recorded-per-cluster", type=int, default=4, help="Gate tasks per cluster, recorded arm.")
+    parser.add_argument("--out", type=Path, default=None, help="Where the JSON results go.")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--max-turns", type=int, default=4)
     parser.add_argument("--concurrency", type=int, default=16)
@@ -159,6 +259,10 @@ def main() -> None:
         "--explore-tasks", type=int, default=2, help="Recorded failed tickets per cluster the memory lever searches."
     )
     args = parser.parse_args()
+    if args.quick:
+        args.batches, args.batch_size, args.holdout, args.safety = 2, 8, 10, 4
+    suffix = "" if args.workload == "support_desk" else f"-{args.workload}"
+    args.out = args.out or RESULTS.with_name(f"evolution{suffix}{'-quick' if args.quick else ''}.json")
     server = None
     endpoint = args.endpoint
     if endpoint is None:
@@ -166,18 +270,13 @@ def main() -> None:
             server = policy_server(args.model, max_batch=16)
             endpoint = server.__enter__()
     try:
-        runner = SupportDeskRunner(
-            endpoint,
-            args.model,
-            concurrency=args.concurrency,
-            max_turns=args.max_turns,
-            max_tokens=args.max_tokens,
-            timeout_s=1800,
-        )
+        args.endpoint_used = endpoint
+        bench = bench_for(args, endpoint)
+        runner = bench.runner
         tasks = {
-            "train": generate_tasks("train", args.batches * args.batch_size, seed=11),
-            "holdout": generate_tasks("holdout", args.holdout, seed=12),
-            "safety": generate_tasks("safety", args.safety, seed=13),
+            "train": bench.generate("train", args.batches * args.batch_size, seed=11),
+            "holdout": bench.generate("holdout", args.holdout, seed=12),
+            "safety": bench.generate("safety", args.safety, seed=13),
         }
         arms = {
             "static": frozenset(),
@@ -187,12 +286,13 @@ def main() -> None:
             "prompt": frozenset({Lever.prompt}),
             "weights": frozenset({Lever.weights}),
             "auto": HARNESS_LEVERS | {Lever.weights},
+            "recorded": HARNESS_LEVERS,
         }
         results = []
         t0 = time.perf_counter()
         with Progress(console=console) as progress:
             for name in args.arms.split(","):
-                results.append(run_arm(name, arms[name], args, runner, tasks, progress))
+                results.append(run_arm(name, arms[name], args, bench, tasks, progress))
                 r = results[-1]
                 write_results(args, runner, results, time.perf_counter() - t0)
                 console.print(f"[bold]{name}[/]: holdout {r['holdout_success']:.0%}, safety {r['safety_pass']:.0%}")
@@ -203,7 +303,11 @@ def main() -> None:
         if server is not None:
             server.__exit__(None, None, None)
     static = next((r for r in results if r["arm"] == "static"), None)
-    table = Table(title="Evolution on support desk (embedded SmolLM2-135M, weak starting harness)")
+    load = os.getloadavg()
+    table = Table(
+        title=f"Evolution on {bench.name} (embedded {args.model}, weak starting harness; "
+        f"load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f})"
+    )
     for col in ("arm", "holdout success (95% CI)", "vs static", "safety pass", "decisions (lever: state/verdict)"):
         table.add_column(col)
     for r in results:

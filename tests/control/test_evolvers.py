@@ -87,11 +87,30 @@ def test_unreachable_evolver_model_falls_back_to_distillation(sqlite_store) -> N
     model = EvolverModel(base_url="http://127.0.0.1:9/v1", model="big", timeout_s=0.5)
     cand = PromptEvolver(model).propose(context(sqlite_store), Proposal(Lever.prompt, "r", ""))
     assert "Rules learned from experience:" in cand.harness.system_prompt and "distilled" in cand.note
+    kept = cand.harness.model_copy(
+        update={"system_prompt": cand.harness.system_prompt + "\n- A rule that worked before."}
+    )
+    with pytest.raises(LeverUnavailable, match="nothing new"):  # the same evidence adds nothing the second time
+        PromptEvolver().propose(
+            EvolveContext(
+                AGENT, sqlite_store, cand.harness, "x", context(sqlite_store).runs, context(sqlite_store).stats
+            ),
+            Proposal(Lever.prompt, "r", ""),
+        )
+    for i in range(3):  # new evidence: rules are appended, none dropped
+        sqlite_store.put_trajectory(
+            make_trajectory(
+                cluster="refund", success=False, harness_version="h1-a", task_text=f"C-{i}", label="no_reply"
+            )
+        )
     again = PromptEvolver().propose(
-        EvolveContext(AGENT, sqlite_store, cand.harness, "x", context(sqlite_store).runs, context(sqlite_store).stats),
+        EvolveContext(AGENT, sqlite_store, kept, "x", context(sqlite_store).runs, context(sqlite_store).stats),
         Proposal(Lever.prompt, "r", ""),
     )
     assert again.harness.system_prompt.count("Rules learned from experience:") == 1
+    assert "- A rule that worked before." in again.harness.system_prompt
+    assert "- Always finish with a reply to the user." in again.harness.system_prompt
+    assert all(line in again.harness.system_prompt for line in cand.harness.system_prompt.splitlines())
 
 
 def test_tool_description_targets_the_argument_error(sqlite_store) -> None:

@@ -141,6 +141,9 @@ class ModelEndpointSection(Section):
     model: str
     api_key_env: str | None = None
     timeout_s: float = Field(60.0, gt=0)
+    prefill: bool = False
+    """Start the model's answer with the JSON opening (the server must continue a final assistant message,
+    as the embedded policy server and vLLM do): small models answer in prose otherwise."""
 
     @model_validator(mode="after")
     def _one_address(self) -> ModelEndpointSection:

@@ -7,6 +7,7 @@ and the workload plugin that gives its gates replay tasks and safety probes.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from evolvable.app.config import AgentConfig, ConfigError, EvolvableConfig, Work
 from evolvable.app.endpoints import hot_load_targets, model_endpoint, upstream_url
 from evolvable.control.decision import DecisionConfig
 from evolvable.control.gates import GateConfig, ReplaySuite
+from evolvable.control.judge import judge_from_settings
 from evolvable.control.leader import LeaderLock
 from evolvable.control.model_endpoints import EvolverModel, JudgeModel
 from evolvable.control.models import Lever, PolicySpec
@@ -84,7 +86,9 @@ def evolvers(
     model = None
     if c.evolver is not None:
         url, key = model_endpoint(c.evolver, proxy, "control.evolver.api_key_env")
-        model = EvolverModel(base_url=url, model=c.evolver.model, api_key=key, timeout_s=c.evolver.timeout_s)
+        model = EvolverModel(
+            base_url=url, model=c.evolver.model, api_key=key, timeout_s=c.evolver.timeout_s, prefill=c.evolver.prefill
+        )
     servers = hot_load_targets(config.policy_servers, policy_endpoints)
     out = default_evolvers(model, policy_servers=servers)
     out[Lever.memory] = MemoryEvolver(per_cluster=c.memory.per_cluster, explore_tasks=c.memory.explore_tasks)
@@ -97,7 +101,16 @@ def judge_model(config: EvolvableConfig, proxy: ProxyConfig) -> JudgeModel | Non
     if j is None:
         return None
     url, key = model_endpoint(j, proxy, "control.judge.api_key_env")
-    return JudgeModel(base_url=url, model=j.model, api_key=key, rubric=j.rubric, timeout_s=j.timeout_s)
+    rubrics = {a.name: a.rubric for a in config.agents if a.rubric}
+    return JudgeModel(
+        base_url=url,
+        model=j.model,
+        api_key=key,
+        rubric=j.rubric,
+        timeout_s=j.timeout_s,
+        rubrics=rubrics or None,
+        prefill=j.prefill,
+    )
 
 
 def load_workload(section: WorkloadSection) -> Workload:
@@ -132,8 +145,13 @@ def replay_suite(
     agent: AgentConfig,
     proxy: ProxyConfig,
     sanitize: Callable[[MemoryExemplar], MemoryExemplar] | None,
+    *,
+    store: Any = None,
+    judge: Any = None,
 ) -> ReplaySuite | None:
-    if agent.workload is None:
+    """The agent's workload plugin; without one, replay from its recorded traffic judged by the judge model
+    (single-turn counterfactuals, docs/control_plane.md); neither: no replay gate for this agent."""
+    if agent.workload is None and (judge is None or store is None):
         return None
     upstream = agent.replay_upstream or (agent.policy.upstream if agent.policy else None)
     endpoint, api_key = upstream_url(proxy, upstream)
@@ -144,6 +162,10 @@ def replay_suite(
         sanitize=sanitize,
         options=dict(agent.workload.options),
     )
+    if agent.workload is None:
+        from evolvable.control.recorded_replay import RecordedTrafficWorkload
+
+        return RecordedTrafficWorkload(store, agent.tenant, agent.name, judge=judge).suite(context)
     try:
         return load_workload(agent.workload).suite(context)
     except WorkloadError:
@@ -166,6 +188,7 @@ def build_planes(
     settings = control_config(config)
     levers = evolvers(config, proxy, policy_endpoints or {}, store)
     judge = judge_model(config, proxy)
+    judge_runner = judge_from_settings(asdict(judge)) if judge is not None else None
     clusterers = ClustererStore(store.engine)
     clustering = ClusteringConfig(**config.control.clustering.model_dump())
 
@@ -178,6 +201,7 @@ def build_planes(
             leader=leader,
             tenant=tenant,
             judge_model=judge,
+            judge=judge_runner,
             clusters=TaskClusters(clusterers, tenant, clustering),
         )
 
@@ -188,7 +212,7 @@ def build_planes(
             PolicySpec(base_model=agent.policy.base_model, upstream=agent.policy.upstream) if agent.policy else None
         )
         plane.bootstrap(starting_harness(agent), policy)
-        suite = replay_suite(agent, proxy, sanitize)
+        suite = replay_suite(agent, proxy, sanitize, store=store, judge=judge_runner)
         if suite is not None:
             plane.register_suite(agent.name, suite)
     return planes

@@ -25,6 +25,40 @@ def _console() -> Any:
     return Console()
 
 
+def _judge_line(judge: dict[str, Any]) -> str:
+    """'12 runs judged; agrees with outcomes on 75% of 4; success from judge 12, outcome 4'."""
+    agreement = (
+        f"agrees with outcomes on {judge['agreement']:.0%} of {judge['with_outcome']}"
+        if judge.get("agreement") is not None
+        else "no run has both an outcome and a judge score"
+    )
+    sources = ", ".join(f"{k} {v}" for k, v in sorted(judge.get("success_sources", {}).items()))
+    return f"{judge['judged']} runs judged; {agreement}; success from {sources or '-'}"
+
+
+def _effects(decision: Any) -> str:
+    """'+0.087 / +0.120': the predicted change in success and the one measured (on live traffic or replay)."""
+    predicted = decision.predicted.get("effect")
+    measured = (decision.verdict_detail or {}).get("measured_effect")
+    left = f"{predicted:+.3f}" if isinstance(predicted, float | int) else "-"
+    return f"{left} / {measured:+.3f}" if isinstance(measured, float | int) else f"{left} / -"
+
+
+def _calibration_line(cal: dict[str, Any]) -> str:
+    parts = [f"calibration: {cal['outcomes']} decided"]
+    if "brier" in cal:
+        parts.append(
+            f"predicted success {cal['predicted_success']:.0%} vs observed {cal['observed_success']:.0%} "
+            f"(Brier {cal['brier']:.3f})"
+        )
+    if "effect_mae" in cal:
+        parts.append(
+            f"effect predicted {cal['mean_predicted_effect']:+.3f} vs measured {cal['mean_measured_effect']:+.3f} "
+            f"on {cal['effects_measured']} live verdicts (MAE {cal['effect_mae']:.3f})"
+        )
+    return "; ".join(parts)
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def status(
@@ -55,6 +89,8 @@ def register(app: typer.Typer) -> None:
             for r in s["rollouts"]:
                 table.add_row("rollout", f"{r['id']} {r['state']} {r['candidate_version']} at {r['share']:.0%}")
             table.add_row("decisions", str(s["decisions"]))
+            if s.get("judge"):
+                table.add_row("judge", _judge_line(s["judge"]))
             _console().print(table)
 
     @app.command()
@@ -68,11 +104,13 @@ def register(app: typer.Typer) -> None:
         """The decision records: lever, why, candidate, state and the measured verdict."""
         from rich.table import Table
 
+        from evolvable.control.lever_choice import calibration
+
         found = _plane(db, tenant).journal.decisions(agent, None, limit)
         if as_json:
             typer.echo(json.dumps([d.model_dump(mode="json") for d in found], indent=2))
             return
-        table = Table("id", "agent", "lever", "state", "verdict", "candidate", "why")
+        table = Table("id", "agent", "lever", "state", "verdict", "predicted / measured", "candidate", "why")
         for d in found:
             table.add_row(
                 d.id[:16],
@@ -80,10 +118,12 @@ def register(app: typer.Typer) -> None:
                 d.lever.value,
                 d.state.value,
                 d.verdict.value if d.verdict else "-",
+                _effects(d),
                 (d.candidate_version or "-")[:19],
                 d.rationale[:80],
             )
         _console().print(table)
+        typer.echo(_calibration_line(calibration(found)))
 
     rollout_app = typer.Typer(help="Promote or roll back a canary rollout by hand.", no_args_is_help=True)
     app.add_typer(rollout_app, name="rollout")

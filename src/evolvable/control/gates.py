@@ -17,7 +17,16 @@ from typing import Any, Protocol, runtime_checkable
 
 from evolvable.control.models import PolicySpec
 from evolvable.control.stats_math import paired_improvement_pvalue, wilson_interval
+from evolvable.errors import ControlError
 from evolvable.protocol.harness import Harness
+
+
+class ReplayFailed(ControlError):
+    """A replay runner raised, timed out or answered something that is not one outcome per task.
+
+    The candidate it was evaluating is stopped (never promoted) and the decision records this message:
+    a broken replay is no evidence either way.
+    """
 
 
 @dataclass
@@ -80,6 +89,22 @@ def _per_cluster(candidate: list[TaskOutcome], baseline: list[TaskOutcome]) -> d
     return out
 
 
+def checked_outcomes(got: Any, tasks: Sequence[Any]) -> list[TaskOutcome]:
+    """The runner's answer if it is exactly one `TaskOutcome` per task, in task order; else `ReplayFailed`."""
+    if not isinstance(got, list | tuple):
+        raise ReplayFailed(f"replay runner returned {type(got).__name__}, not a list of outcomes")
+    if len(got) != len(tasks):
+        raise ReplayFailed(f"replay runner returned {len(got)} outcome(s) for {len(tasks)} task(s)")
+    bad = next((o for o in got if not isinstance(o, TaskOutcome)), None)
+    if bad is not None:
+        raise ReplayFailed(f"replay runner returned a {type(bad).__name__} where a TaskOutcome belongs")
+    for outcome, task in zip(got, tasks, strict=True):
+        expected = getattr(task, "id", None)
+        if expected is not None and outcome.task_id != str(expected):
+            raise ReplayFailed(f"replay runner answered task {outcome.task_id!r} where {expected!r} belongs")
+    return list(got)
+
+
 class Gates:
     def __init__(self, config: GateConfig | None = None) -> None:
         self.config = config or GateConfig()
@@ -96,7 +121,14 @@ class Gates:
     ) -> list[TaskOutcome]:
         key = self._key(suite, split, harness, policy)
         if key not in self._cache:
-            self._cache[key] = suite.runner.run(harness, policy, list(getattr(suite, split)))
+            tasks = list(getattr(suite, split))
+            try:
+                got = suite.runner.run(harness, policy, tasks)
+            except ReplayFailed:
+                raise
+            except Exception as err:  # a plugin's own failure, whatever it is, stops the candidate
+                raise ReplayFailed(f"replay runner raised {type(err).__name__}: {err}") from err
+            self._cache[key] = checked_outcomes(got, tasks)
         return self._cache[key]
 
     def prefetch(self, suite: ReplaySuite, runs: Sequence[tuple[str, Harness, PolicySpec | None]]) -> None:

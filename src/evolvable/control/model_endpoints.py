@@ -20,6 +20,9 @@ class JudgeModel:
     api_key: str = "not-needed"
     rubric: str | None = None
     timeout_s: float = 60.0
+    rubrics: dict[str, str] | None = None
+    """Per-agent rubrics; an agent not listed is judged by `rubric`."""
+    prefill: bool = False
 
 
 __all__ = ["EvolverModel", "JudgeModel"]

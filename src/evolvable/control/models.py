@@ -10,6 +10,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from evolvable.protocol.harness import Harness
 
+REPLAY_METADATA_KEY = "evolvable_replay"
+"""Session metadata `{"evolvable_replay": {"harness_version": ...}}` pins a replay session to that harness
+version (even a candidate that serves no live traffic) and keeps the run out of the live statistics."""
+
 
 class VersionKind(StrEnum):
     harness = "harness"

@@ -20,9 +20,10 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from evolvable.control.journal import Journal
-from evolvable.control.models import PolicySpec, RolloutState, VersionKind, VersionRecord
+from evolvable.control.models import REPLAY_METADATA_KEY, PolicySpec, RolloutState, VersionKind, VersionRecord
 from evolvable.control.registry import DEFAULT_TENANT, Registry
 from evolvable.control.task_clusters import ClustererStore, FittedClusterer
+from evolvable.errors import NotFound
 from evolvable.protocol.harness import Harness, render_messages
 from evolvable.protocol.models import ChatMessage
 from evolvable.proxy.hooks import RewriteResult, SessionContext  # the seam's types; the proxy owns them
@@ -102,6 +103,8 @@ class HarnessRouter:
         self.clusterer = clusterer  # anything with .predict(text) -> str, for memory retrieval by cluster
         self.max_sessions = max_sessions
         self._sessions: OrderedDict[str, Assignment] = OrderedDict()
+        self._replay_harnesses: dict[str, Harness] = {}
+        """Harness versions replay sessions pinned (content-addressed, so never stale)."""
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -139,9 +142,10 @@ class HarnessRouter:
         if v is None:
             return Assignment(None, None)
         served = {r.id for r in (v.harness_active, v.harness_canary, v.policy_active, v.policy_canary) if r}
+        sticky = f"{agent}\x00{session_id}"  # per agent: sub-agents of one session each get their own versions
         if session_id:
             with self._lock:
-                known = self._sessions.get(session_id)
+                known = self._sessions.get(sticky)
             if known is not None and all(
                 x is None or x in served for x in (known.harness_version, known.policy_version)
             ):
@@ -159,7 +163,7 @@ class HarnessRouter:
         )
         if session_id:
             with self._lock:
-                self._sessions[session_id] = assignment
+                self._sessions[sticky] = assignment
                 while len(self._sessions) > self.max_sessions:
                     self._sessions.popitem(last=False)
         return assignment
@@ -180,6 +184,11 @@ class HarnessRouter:
         agent = ctx.agent or "default"
         session_id = ctx.session_id
         assignment = self.assign(agent, session_id, ctx.tenant_id)
+        replay = self._replay_harness(agent, ctx.metadata, ctx.tenant_id)
+        if replay is not None:
+            version, harness = replay
+            new_body = self.apply_harness(harness, body, ctx) if isinstance(body.get("messages"), list) else body
+            return RewriteResult(body=new_body, harness_version=version, policy_version=ctx.policy_version)
         v = self.versions.agents.get((ctx.tenant_id, agent))
         if v is None:
             return RewriteResult(body=body)
@@ -210,6 +219,23 @@ class HarnessRouter:
             upstream_name=upstream,
             model=model,
         )
+
+    def _replay_harness(self, agent: str, metadata: Any, tenant: str) -> tuple[str, Harness] | None:
+        """The harness a replay session pinned in its metadata, when it is a version of this tenant's agent."""
+        pin = metadata.get(REPLAY_METADATA_KEY) if isinstance(metadata, dict) else None
+        version = pin.get("harness_version") if isinstance(pin, dict) else None
+        if not isinstance(version, str):
+            return None
+        harness = self._replay_harnesses.get(version)
+        if harness is None:
+            try:
+                record = self.versions.registry.get(version)
+            except NotFound:
+                return None
+            if record.kind != VersionKind.harness or record.agent != agent or record.tenant != tenant:
+                return None
+            harness = self._replay_harnesses.setdefault(version, record.harness())
+        return version, harness
 
     def apply_harness(
         self, harness: Harness, body: dict[str, Any], ctx: SessionContext | None = None

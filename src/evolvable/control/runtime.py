@@ -29,9 +29,11 @@ from evolvable.control.evolvers import (
     default_evolvers,
 )
 from evolvable.control.exploration import explorer_of
-from evolvable.control.gates import GateConfig, Gates, ReplaySuite
+from evolvable.control.gates import GateConfig, Gates, ReplayFailed, ReplaySuite
 from evolvable.control.journal import Journal
+from evolvable.control.judge import Judge, judge_agreement
 from evolvable.control.leader import LeaderLock
+from evolvable.control.lever_choice import calibration
 from evolvable.control.models import (
     AnalysisResult,
     Decision,
@@ -45,6 +47,7 @@ from evolvable.control.models import (
     VersionRecord,
     VersionState,
 )
+from evolvable.control.multi_agent import load_sub_agent_runs
 from evolvable.control.registry import DEFAULT_TENANT, Registry, now
 from evolvable.control.rollout import CanaryConfig, analyze_canary
 from evolvable.control.statistics import RunSummary, compute_statistics, load_runs
@@ -102,6 +105,7 @@ class ControlPlane:
         tenant: str = DEFAULT_TENANT,
         judge_model: Any = None,
         clusters: TaskClusters | None = None,
+        judge: Judge | None = None,
     ) -> None:
         self.store = store
         self.tenant = tenant
@@ -119,6 +123,10 @@ class ControlPlane:
         self.router = router
         self.leader = leader or LeaderLock(store.engine)
         self.suites: dict[str, ReplaySuite] = {}
+        self.judge = judge
+        self.sub_agents: dict[str, str] = {}
+        """sub-agent -> the orchestrator whose sessions hold its calls (`register_sub_agent`)."""
+        """Scores ended runs that carry no outcome (judge signals), before the statistics read them."""
         self._tick_lock = threading.Lock()
 
     # ------------------------------------------------------------------ setup
@@ -126,6 +134,10 @@ class ControlPlane:
     def register_suite(self, agent: str, suite: ReplaySuite) -> None:
         """Held-out tasks, safety probes and a runner for an agent's replay and safety gates."""
         self.suites[agent] = suite
+
+    def register_sub_agent(self, agent: str, orchestrator: str) -> None:
+        """`agent` makes calls inside `orchestrator`'s sessions; its statistics come from those runs."""
+        self.sub_agents[agent] = orchestrator
 
     def bootstrap(
         self, harness: Harness, policy: PolicySpec | None = None
@@ -198,6 +210,15 @@ class ControlPlane:
 
     def runs(self, agent: str) -> list[RunSummary]:
         fitted = self.clusters.for_agent(agent) if self.clusters is not None else None
+        if agent in self.sub_agents or agent in self.sub_agents.values():  # each agent sees its own side
+            return load_sub_agent_runs(
+                self.store,
+                self.sub_agents.get(agent, agent),
+                agent,
+                limit=self.config.window,
+                clusterer=fitted or self.clusterer,
+                success_threshold=self.config.success_threshold,
+            )
         return load_runs(
             self.store,
             agent,
@@ -211,6 +232,8 @@ class ControlPlane:
         active = self.registry.current(agent, VersionKind.harness, VersionState.active)
         if active is None:
             return
+        if self.judge is not None:
+            self._judge_sessions(agent, report)
         runs = self.runs(agent)
         if self.clusters is not None:
             _, refitted = self.clusters.update(agent, runs)
@@ -249,6 +272,7 @@ class ControlPlane:
             active_version=active.id,
             parent_version=parent,
             recent=self.journal.decisions(agent, limit=20),
+            history=self.journal.decisions(agent, limit=200),
             runs=runs,
             can_explore=explorer_of(self.suites.get(agent)) is not None,
         )
@@ -259,6 +283,20 @@ class ControlPlane:
             report.actions.append(f"{agent}: no change ({why})")
             return
         self._act(agent, proposal, ctx, active, policy, runs, report)
+
+    def _judge_sessions(self, agent: str, report: TickReport) -> None:
+        assert self.judge is not None
+        try:
+            judged = self.judge.judge_pending(self.store, agent, window=self.config.window)
+        except Exception as err:  # a judge outage delays learning; it must not stop the cycle
+            log.exception("judge failed for %s", agent)
+            report.actions.append(f"{agent}: judge failed: {type(err).__name__}: {err}")
+            return
+        if judged.judged or judged.skipped:
+            report.actions.append(
+                f"{agent}: judge scored {judged.judged} run(s)"
+                + (f", could not score {len(judged.skipped)}: {judged.skipped[0]}" if judged.skipped else "")
+            )
 
     # ------------------------------------------------------------------ acting on a proposal
 
@@ -286,7 +324,12 @@ class ControlPlane:
             proposal.lever,
             rationale=proposal.rationale,
             evidence=evidence,
-            predicted={"improve": proposal.improve, "at_risk": proposal.at_risk, "target": proposal.target},
+            predicted={
+                "improve": proposal.improve,
+                "at_risk": proposal.at_risk,
+                "target": proposal.target,
+                **proposal.expected,
+            },
             baseline_version=active.id,
             requires_approval=proposal.lever in self.config.decision.approval_levers,
         )
@@ -367,6 +410,10 @@ class ControlPlane:
             return
         try:
             gates = self._run_gates(agent, cand_harness, base_harness, cand_policy, base_policy)
+        except ReplayFailed as err:
+            self._stop_on_broken_replay(decision.id, record.id, str(err))
+            report.actions.append(f"{say}: candidate {record.id} stopped: {err}")
+            return
         except Exception as err:  # recorded; the candidate stays a candidate and is never served
             log.exception("gates failed for %s", record.id)
             self.journal.update_decision(
@@ -387,7 +434,13 @@ class ControlPlane:
                 state=DecisionState.gated_out,
                 gates=gates,
                 verdict=verdict,
-                verdict_detail={"measured_on": "replay", **{k: v for k, v in failed.items() if k != "name"}},
+                verdict_detail={
+                    "measured_on": "replay",
+                    "measured_effect": round(
+                        (failed.get("candidate_rate") or 0) - (failed.get("baseline_rate") or 0), 4
+                    ),
+                    **{k: v for k, v in failed.items() if k != "name"},
+                },
             )
             report.actions.append(
                 f"{say}: candidate {record.id} stopped by the {failed['name']} gate: {failed['reason']}"
@@ -418,6 +471,15 @@ class ControlPlane:
         self.journal.update_decision(decision_id, state=DecisionState.failed, gates={**(gates or {}), "budget": note})
         report.actions.append(f"{say}: {note}")
         return True
+
+    def _stop_on_broken_replay(self, decision_id: str, version: str, reason: str) -> None:
+        """Reject the candidate and record why; no verdict, since a broken replay says nothing about it."""
+        self.registry.reject(version, reason=f"replay failed: {reason}")
+        self.journal.update_decision(
+            decision_id,
+            state=DecisionState.gated_out,
+            gates={"replay": {"name": "replay", "passed": False, "reason": f"replay failed: {reason}"}},
+        )
 
     def _run_gates(
         self,
@@ -597,6 +659,8 @@ class ControlPlane:
                 "success_ci": stats.overall.success_ci,
                 "clusters": {c: {"n": g.n, "success_rate": g.success_rate} for c, g in stats.clusters.items()},
                 "decisions": len(self.journal.decisions(name)),
+                "judge": judge_agreement(runs, self.config.success_threshold),
+                "calibration": calibration(self.journal.decisions(name, limit=200)),
             }
         return out
 
@@ -638,6 +702,8 @@ def measure_verdict(decision: Decision, after: list[RunSummary], delta: float) -
     predicted = [c for c in decision.predicted.get("improve", []) if c in clusters]
     detail = {
         "measured_on": "live",
+        "predicted_effect": decision.predicted.get("effect"),
+        "measured_effect": round(a_s / a_n - b_s / b_n, 4) if a_n and b_n else None,
         "clusters": clusters,
         "improved": improved,
         "harmed": harmed,

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from evolvable.control.models import REPLAY_METADATA_KEY
 from evolvable.control.stats_math import bootstrap_mean_interval, js_divergence, trend_slope, wilson_interval
 from evolvable.protocol.models import SignalKind, StepStatus, Trajectory, TrajectoryStatus
 
@@ -51,6 +52,16 @@ class RunSummary:
     violations: list[str] = field(default_factory=list)
     tool_calls: int = 0
     """Tool calls the run made; a successful run with tool calls demonstrates the action format."""
+    success_source: str | None = None
+    """'outcome' (posted), 'judge' (no outcome; the judge's score decided) or 'status' (the run failed)."""
+    judge_score: float | None = None
+    """The judge's latest run-level score, whether or not an outcome was posted (for agreement)."""
+
+
+def judge_score_of(t: Trajectory) -> float | None:
+    """The latest run-level judge signal's value, if the judge scored the run."""
+    judged = [s for s in t.signals if s.kind == SignalKind.judge and s.step_id is None]
+    return max(judged, key=lambda s: s.created_at).value if judged else None
 
 
 def task_text_of(t: Trajectory) -> str:
@@ -79,10 +90,15 @@ def summarize(t: Trajectory, *, clusterer: Clusterer | None = None, success_thre
     if not cluster:
         cluster = clusterer.predict(text) if clusterer is not None and text else "all"
     outcome = t.outcome()
+    judged = judge_score_of(t)
+    source: str | None = None
     if outcome is not None:
         success: bool | None = outcome >= success_threshold
+        source = "outcome"
+    elif judged is not None:  # marked as the judge's, never passed off as a posted outcome
+        success, source = judged >= success_threshold, "judge"
     elif t.status == TrajectoryStatus.failed:
-        success = False
+        success, source = False, "status"
     else:
         success = None
     labels: list[str] = []
@@ -130,6 +146,8 @@ def summarize(t: Trajectory, *, clusterer: Clusterer | None = None, success_thre
         argument_errors=argument_errors,
         violations=violations,
         tool_calls=len(tool_steps),
+        success_source=source,
+        judge_score=judged,
     )
 
 
@@ -153,8 +171,8 @@ def load_runs(
         since = max(since, oldest) if since else oldest
     flt = TrajectoryFilter(agent=agent, started_after=since, tenant_id=tenant_id)
     for t in store.iter_trajectories(flt):
-        if t.status == TrajectoryStatus.running:
-            continue
+        if t.status == TrajectoryStatus.running or REPLAY_METADATA_KEY in t.metadata:
+            continue  # replays of candidates are evidence for the gates, not live traffic
         window.append(summarize(t, clusterer=clusterer, success_threshold=success_threshold))
     return sorted(window, key=lambda r: r.started_at)
 

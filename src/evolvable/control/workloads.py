@@ -4,7 +4,7 @@ The control plane never imports a workload. A workload is any object with a `nam
 `suite(context)` method returning a `ReplaySuite` (a runner that runs a harness / policy version on
 tasks and returns per-task outcomes, with held-out tasks and safety probes). It is found by
 
-- an entry point of the `evolvable.workloads` group (`entry_point: support_desk`),
+- an entry point of the `evolvable.workloads` group (`entry_point: my_workload`),
 - a `module:object` reference in the configuration (`object: my_team.agents:workload`), or
 - an HTTP webhook (`webhook: https://...`): the agent team's own service runs the tasks against the
   proxy with a pinned harness version and answers with signals, so agents in any language can

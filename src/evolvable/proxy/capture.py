@@ -291,6 +291,8 @@ def build_llm_step(rec: dict[str, Any]) -> LLMCallStep:
     metadata: dict[str, Any] = {k: v for k, v in (("upstream", rec.get("up")), ("client_model", rec.get("cm"))) if v}
     if rec.get("wire"):
         metadata["wire"] = rec["wire"]  # the protocol the client spoke (proxy.wire), its response id
+    if rec.get("sub") and rec.get("hv"):  # a sub-agent's call: its own harness version, not the session's
+        metadata["harness_version"] = rec["hv"]
     fields: dict[str, Any] = {
         "id": llm_step_id(rec["rid"]),
         "agent": rec.get("agent"),

@@ -20,6 +20,7 @@ import aiohttp
 import orjson
 
 from evolvable.errors import UpstreamError
+from evolvable.protocol.models import HandoffStep
 from evolvable.proxy.capture import SSEStripper, has_token_fields, llm_step_id, strip_token_fields
 from evolvable.proxy.errors import error_body
 from evolvable.proxy.hooks import Principal, SessionContext
@@ -179,7 +180,10 @@ class CompletionsEndpoint:
         request_id = new_request_id()
         if session is not None:
             trajectory_id, agent, end_user = session.id, session.agent, session.end_user
+            # A per-call agent header inside a session names the sub-agent making this call.
+            agent = headers.get(b"x-evolvable-agent", b"").decode("latin-1") or agent
             rt.sessions.touch(session)
+            await _record_handoff(rt, session, agent)
         else:
             trajectory_id = f"traj_{request_id}"
             agent = headers.get(b"x-evolvable-agent", b"default").decode("latin-1")
@@ -210,7 +214,8 @@ class CompletionsEndpoint:
             if inspect.isawaitable(result):
                 result = await result
             body = result.body
-            harness_version = result.harness_version or harness_version
+            sub_agent = session is not None and agent != session.agent
+            harness_version = result.harness_version if sub_agent else (result.harness_version or harness_version)
             policy_version = result.policy_version or policy_version
             upstream_name = result.upstream_name
             model = result.model or body.get("model")
@@ -244,7 +249,9 @@ class CompletionsEndpoint:
                 send_body["logprobs"] = True if endpoint == "chat" else 0
                 injected.append("logprobs")
         stream = bool(body.get("stream"))
-        first_versions = bool(session and not session.versions_recorded and (harness_version or policy_version))
+        first_versions = bool(
+            session and agent == session.agent and not session.versions_recorded and (harness_version or policy_version)
+        )
         if session is not None:
             session.calls += 1
             if first_versions:
@@ -268,6 +275,7 @@ class CompletionsEndpoint:
             "hv": harness_version,
             "pv": policy_version,
             "setv": first_versions,
+            "sub": session is not None and agent != session.agent,
             "stream": stream,
             "t0": time.time(),
         }
@@ -492,3 +500,23 @@ def _error_payload(raw: bytes, status: int) -> bytes:
         pass
     text = raw[:2000].decode("utf-8", "replace") or f"upstream answered HTTP {status}"
     return error_body(text, "upstream_error", f"upstream_{status}")
+
+
+async def _record_handoff(rt: Any, session: Session, agent: str) -> None:
+    """A `handoff` step when this call's agent is not the one that made the session's previous call."""
+    previous = session.last_agent or session.agent
+    session.last_agent = agent
+    if previous == agent:
+        return
+    step = HandoffStep(from_agent=previous, to_agent=agent, agent=previous, metadata={"source": "agent_header"})
+    await rt.spool_record(
+        {
+            "t": "step",
+            "id": step.id,
+            "traj": session.id,
+            "tenant": session.tenant_id,
+            "end_user": session.end_user,
+            "step": step.model_dump(mode="json"),
+            "at": time.time(),
+        }
+    )

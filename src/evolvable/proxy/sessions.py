@@ -51,6 +51,8 @@ class Session:
     last_activity: float = field(default_factory=time.monotonic)
     calls: int = 0
     versions_recorded: bool = False
+    last_agent: str | None = None
+    """The agent of the session's latest call (sub-agents name themselves per call); handoffs are recorded."""
 
     @property
     def running(self) -> bool:

@@ -33,7 +33,7 @@ class ToolDescriptionEvolver:
                 + ", ".join(
                     f"{p} ({props[p].get('type', 'string')}{', required' if p in required else ''})" for p in props
                 )
-                + "; copy values exactly as written in the ticket."
+                + "; copy values exactly as written in the request."
             )
         if example is not None:
             parts.append(f"Example: {json.dumps({'tool': name, 'args': example})}.")
