@@ -39,8 +39,8 @@ def plane_with(store, runner, **settings) -> tuple[ControlPlane, HarnessRouter]:
     return plane, router
 
 
-def assert_nothing_served(plane: ControlPlane, candidate: str) -> None:
-    assert plane.registry.get(candidate).state == VersionState.candidate
+def assert_nothing_served(plane: ControlPlane, candidate: str, state: VersionState = VersionState.candidate) -> None:
+    assert plane.registry.get(candidate).state == state
     assert plane.registry.current(AGENT, VersionKind.harness, VersionState.canary) is None
     assert not plane.journal.rollouts(AGENT)
 
@@ -49,9 +49,10 @@ def test_a_gate_that_raises_is_recorded_and_nothing_is_served(store) -> None:
     plane, _ = plane_with(store, BrokenRunner())
     report = plane.tick()
     decision = plane.journal.decision(report.decisions[0])
-    assert decision.state == DecisionState.failed
-    assert "replay service unreachable" in decision.gates["error"]
-    assert_nothing_served(plane, decision.candidate_version)
+    # A replay that cannot run says nothing about the candidate: it is stopped, with the reason on record.
+    assert decision.state == DecisionState.gated_out
+    assert "replay service unreachable" in decision.gates["replay"]["reason"]
+    assert_nothing_served(plane, decision.candidate_version, VersionState.rejected)
 
 
 def test_past_the_time_budget_the_decision_fails_before_any_canary(store) -> None:
