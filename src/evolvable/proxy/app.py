@@ -24,7 +24,7 @@ from fastapi.responses import Response
 
 from evolvable.proxy.completions import CompletionsEndpoint
 from evolvable.proxy.config import ProxyConfig
-from evolvable.proxy.errors import APIError, error_body
+from evolvable.proxy.errors import APIError, error_body, error_response
 from evolvable.proxy.hooks import (
     Authenticator,
     Governor,
@@ -33,6 +33,7 @@ from evolvable.proxy.hooks import (
     Principal,
     RequestRewriter,
 )
+from evolvable.proxy.limits import BodyTooLarge, ClientGone, read_body, replay
 from evolvable.proxy.sessions import SessionManager
 from evolvable.proxy.spool import Spool
 from evolvable.proxy.upstream import UpstreamClient
@@ -171,6 +172,8 @@ def records_for(
     return matches
 
 
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
 _HOT_PATHS = {
     "/v1/chat/completions": "chat",
     "/chat/completions": "chat",
@@ -192,6 +195,16 @@ class ProxyApp(FastAPI):
         if endpoint is not None:
             return await self.hot_path(scope, receive, send, endpoint)
         started = time.perf_counter()
+        if scope["method"] in _BODY_METHODS:
+            try:
+                body = await read_body(scope, receive, self.hot_path.rt.config.max_body_bytes)
+            except BodyTooLarge as err:
+                return await error_response(413, str(err), "invalid_request_error", "body_too_large")(
+                    scope, receive, send
+                )
+            except ClientGone:
+                return None
+            receive = replay(body, receive)
 
         async def send_with_overhead(message: Any) -> None:
             if message["type"] == "http.response.start":

@@ -23,6 +23,7 @@ from evolvable.errors import UpstreamError
 from evolvable.proxy.capture import SSEStripper, has_token_fields, llm_step_id, strip_token_fields
 from evolvable.proxy.errors import error_body
 from evolvable.proxy.hooks import Principal, SessionContext
+from evolvable.proxy.limits import BodyTooLarge, ClientGone, InvalidInput, check_completion_body, read_body
 from evolvable.proxy.sessions import KEY_PREFIX, Session
 
 if TYPE_CHECKING:
@@ -86,39 +87,12 @@ class CompletionsEndpoint:
     # ------------------------------------------------------------------ request parsing and auth
 
     async def _read_body(self, scope: Scope, receive: Any, limit: int) -> bytes:
-        declared = None
-        for name, value in scope["headers"]:
-            if name == b"content-length":
-                declared = int(value) if value.isdigit() else None
-                break
-        if declared is not None and declared > limit:
-            raise RequestRejected(
-                413,
-                f"request body of {declared} bytes exceeds the limit of {limit}",
-                "invalid_request_error",
-                "body_too_large",
-            )
-        message = await receive()
-        body = message.get("body", b"")
-        if not message.get("more_body"):
-            if len(body) > limit:
-                raise RequestRejected(
-                    413, f"request body exceeds the limit of {limit} bytes", "invalid_request_error", "body_too_large"
-                )
-            return body
-        parts, size = [body], len(body)
-        while message.get("more_body"):
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise RequestRejected(400, "client disconnected while sending the body", "invalid_request_error")
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                raise RequestRejected(
-                    413, f"request body exceeds the limit of {limit} bytes", "invalid_request_error", "body_too_large"
-                )
-            parts.append(chunk)
-        return b"".join(parts)
+        try:
+            return await read_body(scope, receive, limit)
+        except BodyTooLarge as err:
+            raise RequestRejected(413, str(err), "invalid_request_error", "body_too_large") from None
+        except ClientGone:
+            raise RequestRejected(400, "client disconnected while sending the body", "invalid_request_error") from None
 
     async def _identify(self, headers: dict[bytes, bytes]) -> tuple[Principal, Session | None, str | None]:
         """The caller, its session (if any), and a bearer to forward upstream (only a non-Evolvable one)."""
@@ -171,6 +145,10 @@ class CompletionsEndpoint:
                 )
         elif "prompt" not in body:
             raise RequestRejected(400, "'prompt' is required", "invalid_request_error", "missing_prompt")
+        try:
+            check_completion_body(body, endpoint)
+        except InvalidInput as err:
+            raise RequestRejected(400, str(err), "invalid_request_error", "invalid_field") from None
         headers = dict(scope["headers"])
         principal, session, forward_bearer = await self._identify(headers)
 
@@ -326,9 +304,10 @@ class CompletionsEndpoint:
         keep_lps: bool,
         injected: bool,
     ) -> None:
+        cap = self.rt.config.max_upstream_reply_bytes
         try:
-            raw = await resp.read()
-        except (aiohttp.ClientError, TimeoutError) as err:
+            raw = await read_capped(resp, cap)
+        except (aiohttp.ClientError, TimeoutError, ReplyTooLarge) as err:
             raw, read_error = b"", err
         else:
             read_error = None
@@ -337,7 +316,11 @@ class CompletionsEndpoint:
         t_up_done = time.perf_counter()
         status = resp.status
         out = raw
-        if read_error is not None:
+        if isinstance(read_error, ReplyTooLarge):
+            status = 502
+            out = error_body(str(read_error), "upstream_error", "upstream_reply_too_large")
+            record["err"] = {"type": "upstream_reply_too_large", "message": str(read_error), "status": status}
+        elif read_error is not None:
             status = 504 if isinstance(read_error, TimeoutError) else 502
             etype = "upstream_timeout" if status == 504 else "upstream_error"
             out = error_body(f"upstream failed while sending its reply: {read_error!r}", "upstream_error", etype)
@@ -414,10 +397,14 @@ class CompletionsEndpoint:
         stripper = SSEStripper(keep_ids, keep_lps) if injected and not (keep_ids and keep_lps) else None
         chunks: list[bytes] = []
         ttft: float | None = None
+        cap, received = self.rt.config.max_upstream_reply_bytes, 0
         try:
             async for chunk in resp.content.iter_any():
                 if ttft is None:
                     ttft = time.perf_counter()
+                received += len(chunk)
+                if received > cap:
+                    raise ReplyTooLarge(cap)
                 chunks.append(chunk)
                 out = stripper.feed(chunk) if stripper is not None else chunk
                 if disconnected.is_set():
@@ -433,8 +420,14 @@ class CompletionsEndpoint:
                 rest = stripper.flush()
                 if rest:
                     await send({"type": "http.response.body", "body": rest, "more_body": True})
-        except (aiohttp.ClientError, TimeoutError) as err:
-            etype = "upstream_timeout" if isinstance(err, TimeoutError) else "upstream_stream_error"
+        except (aiohttp.ClientError, TimeoutError, ReplyTooLarge) as err:
+            etype = (
+                "upstream_timeout"
+                if isinstance(err, TimeoutError)
+                else "upstream_reply_too_large"
+                if isinstance(err, ReplyTooLarge)
+                else "upstream_stream_error"
+            )
             record["err"] = {"type": etype, "message": repr(err), "status": 502}
             await send(
                 {
@@ -457,6 +450,28 @@ class CompletionsEndpoint:
         if ttft is not None:
             record["ttft"] = _ms(ttft - t_up)
         await self.rt.spool_record(record)
+
+
+class ReplyTooLarge(Exception):
+    """The upstream's reply passed `max_upstream_reply_bytes`: it is not read further."""
+
+    def __init__(self, cap: int) -> None:
+        super().__init__(f"upstream reply exceeds the limit of {cap} bytes")
+
+
+async def read_capped(resp: aiohttp.ClientResponse, cap: int) -> bytes:
+    """The reply body, abandoned once it passes `cap` bytes (a huge reply must not stall every tenant)."""
+    declared = resp.content_length
+    if declared is not None and declared > cap:
+        raise ReplyTooLarge(cap)
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in resp.content.iter_any():
+        size += len(chunk)
+        if size > cap:
+            raise ReplyTooLarge(cap)
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 def _error_payload(raw: bytes, status: int) -> bytes:

@@ -79,6 +79,9 @@ class ProxyConfig:
     writer_batch_size: int = 256
     writer_idle_s: float = 0.05
     max_body_bytes: int = 16 * 1024 * 1024
+    """Largest request body accepted on any endpoint (413 past it, refused while reading)."""
+    max_upstream_reply_bytes: int = 64 * 1024 * 1024
+    """Largest upstream reply read (502 `upstream_reply_too_large` past it, recorded as an error step)."""
     read_your_writes_timeout_s: float = 5.0
 
     def upstream(self, name: str | None) -> UpstreamConfig:
@@ -103,8 +106,8 @@ class ProxyConfig:
             raise ConfigError(f"spool_fsync must be batch, interval or none, not {self.spool_fsync!r}")
         if self.writer_mode not in ("process", "thread"):
             raise ConfigError(f"writer_mode must be process or thread, not {self.writer_mode!r}")
-        if self.max_body_bytes <= 0 or self.spool_queue_size <= 0:
-            raise ConfigError("max_body_bytes and spool_queue_size must be positive")
+        if min(self.max_body_bytes, self.spool_queue_size, self.max_upstream_reply_bytes) <= 0:
+            raise ConfigError("max_body_bytes, max_upstream_reply_bytes and spool_queue_size must be positive")
         return self
 
     @classmethod
@@ -127,6 +130,7 @@ _SCALAR_KEYS = {
     "writer_batch_size": int,
     "writer_idle_s": float,
     "max_body_bytes": int,
+    "max_upstream_reply_bytes": int,
     "read_your_writes_timeout_s": float,
 }
 

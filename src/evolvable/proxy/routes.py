@@ -29,6 +29,7 @@ from evolvable.proxy.app import ProxyRuntime
 from evolvable.proxy.capture import tool_step_id
 from evolvable.proxy.errors import APIError
 from evolvable.proxy.hooks import Principal, SessionContext
+from evolvable.proxy.limits import InvalidInput, check_depth, check_storable
 from evolvable.proxy.sessions import KEY_PREFIX, Session, new_session_id
 from evolvable.store import InvalidCursor, TrajectoryFilter
 
@@ -82,8 +83,8 @@ class SessionCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
     agent: str = Field("default", min_length=1, max_length=200)
     task_input: Any = None
-    task_id: str | None = None
-    end_user: str | None = None
+    task_id: str | None = Field(None, max_length=1000)
+    end_user: str | None = Field(None, max_length=1000)
     metadata: dict[str, Any] = Field(default_factory=dict)
     model: str | None = Field(
         None, description="The model alias the session will call (helps the rewriter pin a policy)."
@@ -93,13 +94,13 @@ class SessionCreate(BaseModel):
 class SessionEnd(BaseModel):
     model_config = ConfigDict(extra="forbid")
     status: TrajectoryStatus = TrajectoryStatus.completed
-    outcome: float | None = None
+    outcome: float | None = Field(None, allow_inf_nan=False)
 
 
 class SignalIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     kind: SignalKind
-    value: float
+    value: float = Field(allow_inf_nan=False)
     step_id: str | None = None
     tool_call_id: str | None = None
     response_id: str | None = None
@@ -123,9 +124,14 @@ async def _parse(request: Request, model: type[BaseModel]) -> Any:
     except orjson.JSONDecodeError as err:
         raise APIError(400, f"request body is not valid JSON: {err}", "invalid_request_error", "invalid_json") from None
     try:
-        return model.model_validate(data)
+        check_depth(data)
+        parsed = model.model_validate(data)
+        check_storable(parsed)
     except ValidationError as err:
         raise APIError(400, f"invalid request: {_reasons(err)}", "invalid_request_error") from None
+    except InvalidInput as err:
+        raise APIError(400, f"invalid request: {err}", "invalid_request_error") from None
+    return parsed
 
 
 def _reasons(err: ValidationError) -> str:
@@ -183,7 +189,7 @@ async def create_session(request: Request) -> Response:
             "agent": session.agent,
             "end_user": session.end_user,
             "task_id": session.task_id,
-            "task_input": session.task_input,
+            "task_input": spec.task_input,
             "metadata": session.metadata,
             "hv": harness_version,
             "pv": policy_version,
@@ -212,6 +218,10 @@ async def add_steps(session_id: str, request: Request) -> Response:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as err:
         raise APIError(400, f"request body is not valid JSON: {err}", "invalid_request_error", "invalid_json") from None
+    try:
+        check_depth(data)
+    except InvalidInput as err:
+        raise APIError(400, f"invalid step: {err}", "invalid_request_error") from None
     items = data.get("steps") if isinstance(data, dict) and "steps" in data else [data]
     if not isinstance(items, list) or not items:
         raise APIError(400, "expected a step object or {'steps': [...]}", "invalid_request_error")
@@ -220,9 +230,13 @@ async def add_steps(session_id: str, request: Request) -> Response:
         if isinstance(item, dict) and item.get("kind") == "tool_call" and item.get("tool_call_id") and "id" not in item:
             item = {**item, "id": tool_step_id(session.id, item["tool_call_id"])}  # dedupes with the implicit record
         try:
-            steps.append(_STEP.validate_python(item))
+            step = _STEP.validate_python(item)
+            check_storable(step, "step")
         except ValidationError as err:
             raise APIError(400, f"invalid step: {_reasons(err)}", "invalid_request_error") from None
+        except InvalidInput as err:
+            raise APIError(400, f"invalid step: {err}", "invalid_request_error") from None
+        steps.append(step)
     for step in steps:
         step.agent = step.agent or session.agent
     now = time.time()

@@ -25,6 +25,16 @@ KEY_PREFIX = "evs_"
 """Session keys start with it, so a bearer token is recognized as one without a lookup."""
 
 
+MAX_CACHED_TASK_TEXT = 4096
+"""A session keeps its task input in memory (for the rewriter) only as text up to this many characters:
+thousands of cached sessions must not pin megabytes each until their idle timeout."""
+
+
+def cacheable_task_input(task_input: Any) -> str | None:
+    """What the cache keeps of a task input: short text only (the full input goes to the spool)."""
+    return task_input if isinstance(task_input, str) and len(task_input) <= MAX_CACHED_TASK_TEXT else None
+
+
 def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
@@ -101,7 +111,7 @@ class SessionManager:
             agent=agent,
             key_hash=hash_key(key),
             task_id=task_id,
-            task_input=task_input,
+            task_input=cacheable_task_input(task_input),
             end_user=end_user,
             metadata=metadata,
             harness_version=harness_version,
@@ -194,7 +204,8 @@ class SessionManager:
         if session.running:
             try:
                 header = self.store.get_header(session.id)
-                session.task_input, session.metadata = header.task_input, dict(header.metadata)
+                session.task_input = cacheable_task_input(header.task_input)
+                session.metadata = dict(header.metadata)
             except Exception:  # header not applied yet: the rewriter sees no task input, capture is unaffected
                 pass
         self._cache(session)
