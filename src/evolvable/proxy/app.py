@@ -71,6 +71,7 @@ class ProxyRuntime:
             fsync_interval_s=config.spool_fsync_interval_s,
             queue_size=config.spool_queue_size,
             segment_bytes=config.spool_segment_bytes,
+            max_segment_age_s=config.spool_max_segment_age_s,
         )
         self.writer_stats = WriterStats()
         self.writer = BackgroundWriter(
@@ -92,13 +93,26 @@ class ProxyRuntime:
             result = await result
         return result
 
-    async def spool_record(self, record: dict[str, Any]) -> None:
-        """Queue a capture record; waits under back-pressure, drops (loudly) only after the timeout."""
+    async def spool_record(self, record: dict[str, Any]) -> bool:
+        """Spool a capture record; True once it is safe (in the segment file, or queued when
+        `reply_after_spooled` is off). Waits under back-pressure; a record that cannot be spooled is
+        counted in `records_dropped` and logged, and the caller answers by `capture_on_failure`."""
+        payload = orjson.dumps(record, default=str)
+        timeout = self.config.backpressure_timeout_s
         try:
-            await self.spool.append(orjson.dumps(record, default=str), self.config.backpressure_timeout_s)
+            if self.config.reply_after_spooled:
+                return await self.spool.append_durable(payload, timeout)
+            await self.spool.append(payload, timeout)
+            return True
         except Exception:
             self.dropped_records += 1
             log.exception("capture record %s dropped", record.get("id"))
+            return False
+
+    @property
+    def fails_closed(self) -> bool:
+        """Whether a call whose capture failed is answered 503 (else it is answered, and counted)."""
+        return self.config.capture_on_failure == "closed"
 
     async def flush(self, timeout_s: float | None = None) -> bool:
         """Wait until every record queued so far is in the store (read-your-writes for the API)."""
@@ -123,9 +137,12 @@ class ProxyRuntime:
             "spool_end": list(self.spool.end),
             "spool_checkpoint": list(self.spool.reader.load_checkpoint()),
             "spool_last_error": self.spool.last_error,
-            "records_dropped": self.dropped_records,
+            "records_dropped": self.dropped_records + self.spool.dropped,
+            "spool_failing": self.spool.failing,
+            "capture_on_failure": self.config.capture_on_failure,
             "writer_mode": self.config.writer_mode,
             "writer_alive": self.writer_runner.alive,
+            "writer_restarts": self.writer_runner.restarts,
             "sessions_cached": len(self.sessions),
             **self.writer_stats.as_dict(),
         }

@@ -33,6 +33,11 @@ log = logging.getLogger("evolvable.proxy")
 
 Scope = dict[str, Any]
 _JSON = b"application/json"
+_CAPTURE_UNAVAILABLE = error_body(
+    "the call could not be recorded (capture storage unavailable); it was not answered",
+    "server_error",
+    "capture_unavailable",
+)
 
 
 _ID_PREFIX = os.urandom(8).hex()
@@ -275,14 +280,15 @@ class CompletionsEndpoint:
                 payload = _error_payload(err.args[0].encode(), 400)
             else:
                 payload = error_body(str(err), "upstream_error", err.error_type)
-            overhead = _ms((t_end - t_start) - (t_end - t_up))
-            await _send_bytes(
-                send, status, payload, [(b"x-evolvable-overhead-ms", str(overhead).encode()), *ids_header]
-            )
             record.update(
                 lat=_ms(t_end - t_up), err={"type": err.error_type, "message": str(err)[:2000], "status": status}
             )
-            await rt.spool_record(record)
+            if not await rt.spool_record(record) and rt.fails_closed:
+                status, payload = 503, _CAPTURE_UNAVAILABLE
+            overhead = _ms((time.perf_counter() - t_start) - (t_end - t_up))
+            await _send_bytes(
+                send, status, payload, [(b"x-evolvable-overhead-ms", str(overhead).encode()), *ids_header]
+            )
             return
 
         if stream and resp.status == 200 and resp.content_type == "text/event-stream":
@@ -351,11 +357,12 @@ class CompletionsEndpoint:
                 "message": raw[:2000].decode("utf-8", "replace"),
                 "status": status,
             }
+        record["lat"] = _ms(t_up_done - t_up)
+        if not await self.rt.spool_record(record) and self.rt.fails_closed:
+            status, out = 503, _CAPTURE_UNAVAILABLE
         t_end = time.perf_counter()
         overhead = _ms((t_end - t_start) - (t_up_done - t_up))
         await _send_bytes(send, status, out, [(b"x-evolvable-overhead-ms", str(overhead).encode()), *ids_header])
-        record["lat"] = _ms(t_up_done - t_up)
-        await self.rt.spool_record(record)
 
     async def _stream(
         self,
@@ -442,14 +449,18 @@ class CompletionsEndpoint:
             resp.release()
             watcher.cancel()
         t_done = time.perf_counter()
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
         if disconnected.is_set() and "err" not in record and ttft is None:
             record["err"] = {"type": "client_disconnected", "message": "client disconnected mid-stream", "status": 499}
         record["sse"] = b"".join(chunks).decode("utf-8", "replace")
         record["lat"] = _ms(t_done - t_up)
         if ttft is not None:
             record["ttft"] = _ms(ttft - t_up)
-        await self.rt.spool_record(record)
+        # The stream ends only once the call is captured: a client that saw the end saw a captured call.
+        if not await self.rt.spool_record(record) and self.rt.fails_closed:
+            await send(
+                {"type": "http.response.body", "body": b"data: " + _CAPTURE_UNAVAILABLE + b"\n\n", "more_body": True}
+            )
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 class ReplyTooLarge(Exception):

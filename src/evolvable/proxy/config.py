@@ -71,6 +71,15 @@ class ProxyConfig:
     spool_fsync_interval_s: float = 0.05
     spool_queue_size: int = 4096
     spool_segment_bytes: int = 16 * 1024 * 1024
+    spool_max_segment_age_s: float = 5.0
+    """A segment closes at this age too, so raw (unredacted) records leave the disk within about this
+    time plus the writer's lag, also under steady traffic."""
+    reply_after_spooled: bool = True
+    """Answer a call only once its capture record is in the spool file (survives kill -9 of the proxy):
+    every answered call is captured. Off: answer first, spool after (a kill can lose the last records)."""
+    capture_on_failure: str = "closed"
+    """When a record cannot be spooled (disk full, read-only, I/O error): `closed` answers 503
+    `capture_unavailable`; `open` answers the call anyway. Both count the record in `records_dropped`."""
     backpressure_timeout_s: float = 30.0
     writer_mode: str = "process"
     """`process`: the background writer runs in a forked, lower-priority process (default; capture work
@@ -104,6 +113,10 @@ class ProxyConfig:
             raise ConfigError(f"default_upstream {self.default_upstream!r} is not a configured upstream")
         if self.spool_fsync not in ("batch", "interval", "none"):
             raise ConfigError(f"spool_fsync must be batch, interval or none, not {self.spool_fsync!r}")
+        if self.capture_on_failure not in ("closed", "open"):
+            raise ConfigError(f"capture_on_failure must be closed or open, not {self.capture_on_failure!r}")
+        if self.spool_max_segment_age_s <= 0:
+            raise ConfigError("spool_max_segment_age_s must be positive")
         if self.writer_mode not in ("process", "thread"):
             raise ConfigError(f"writer_mode must be process or thread, not {self.writer_mode!r}")
         if min(self.max_body_bytes, self.spool_queue_size, self.max_upstream_reply_bytes) <= 0:
@@ -124,6 +137,9 @@ _SCALAR_KEYS = {
     "spool_fsync_interval_s": float,
     "spool_queue_size": int,
     "spool_segment_bytes": int,
+    "spool_max_segment_age_s": float,
+    "reply_after_spooled": bool,
+    "capture_on_failure": str,
     "backpressure_timeout_s": float,
     "writer_mode": str,
     "writer_nice": int,

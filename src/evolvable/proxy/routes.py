@@ -134,6 +134,14 @@ async def _parse(request: Request, model: type[BaseModel]) -> Any:
     return parsed
 
 
+async def _capture(rt: ProxyRuntime, record: dict[str, Any]) -> None:
+    """Spool a record written through the API; 503 when it cannot be (and capture fails closed)."""
+    if not await rt.spool_record(record) and rt.fails_closed:
+        raise APIError(
+            503, "the write could not be recorded (capture storage unavailable)", "server_error", "capture_unavailable"
+        )
+
+
 def _reasons(err: ValidationError) -> str:
     return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in err.errors())
 
@@ -180,7 +188,8 @@ async def create_session(request: Request) -> Response:
         )
     except EvolvableError as err:
         raise APIError(503, f"cannot create the session: {err}", "server_error") from None
-    await rt.spool_record(
+    await _capture(
+        rt,
         {
             "t": "session",
             "id": session.id,
@@ -194,7 +203,7 @@ async def create_session(request: Request) -> Response:
             "hv": harness_version,
             "pv": policy_version,
             "at": session.created_at.timestamp(),
-        }
+        },
     )
     return _json(
         {
@@ -241,7 +250,8 @@ async def add_steps(session_id: str, request: Request) -> Response:
         step.agent = step.agent or session.agent
     now = time.time()
     for step in steps:
-        await rt.spool_record(
+        await _capture(
+            rt,
             {
                 "t": "step",
                 "id": step.id,
@@ -250,7 +260,7 @@ async def add_steps(session_id: str, request: Request) -> Response:
                 "end_user": session.end_user,
                 "step": step.model_dump(mode="json"),
                 "at": now,
-            }
+            },
         )
     rt.sessions.touch(session)
     return _json({"step_ids": [s.id for s in steps]}, 201)
@@ -291,7 +301,8 @@ async def add_signals(session_id: str, request: Request) -> Response:
         }
         records.append(signal)
     for signal in records:
-        await rt.spool_record(
+        await _capture(
+            rt,
             {
                 "t": "signal",
                 "id": signal["id"],
@@ -299,7 +310,7 @@ async def add_signals(session_id: str, request: Request) -> Response:
                 "tenant": session.tenant_id,
                 "end_user": session.end_user,
                 "signal": signal,
-            }
+            },
         )
     return _json({"signal_ids": [s["id"] for s in records]}, 201)
 

@@ -177,7 +177,8 @@ class BackgroundWriter:
 
 
 class WriterRunner:
-    """Runs a BackgroundWriter in a forked child process (default) or a thread, and stops it cleanly."""
+    """Runs a BackgroundWriter in a forked child process (default) or a thread, restarts it (with backoff,
+    logged) if it dies, and stops it cleanly."""
 
     def __init__(self, writer: BackgroundWriter, mode: str = "process", nice: int = 10) -> None:
         self.writer, self.mode, self.nice = writer, mode, nice
@@ -185,8 +186,20 @@ class WriterRunner:
         self._thread: threading.Thread | None = None
         self._process: Any = None
         self._stop_process: Any = None
+        self._close_in_child: tuple[int, ...] = ()
+        self._stopping = threading.Event()
+        self._supervisor: threading.Thread | None = None
+        self.restarts = 0
+        self.check_interval_s = 0.5
+        self.max_backoff_s = 30.0
 
     def start(self, close_in_child: tuple[int, ...] = ()) -> None:
+        self._close_in_child = close_in_child
+        self._launch()
+        self._supervisor = threading.Thread(target=self._supervise, name="evolvable-writer-supervisor", daemon=True)
+        self._supervisor.start()
+
+    def _launch(self) -> None:
         if self.mode == "thread":
             self._thread = threading.Thread(
                 target=self.writer.run, args=(self._stop_thread.is_set,), name="evolvable-writer", daemon=True
@@ -197,14 +210,38 @@ class WriterRunner:
         self._stop_process = ctx.Event()
         self._process = ctx.Process(
             target=_child_main,
-            args=(self.writer, self._stop_process, os.getpid(), close_in_child, self.nice),
+            args=(self.writer, self._stop_process, os.getpid(), self._close_in_child, self.nice),
             name="evolvable-writer",
             daemon=True,
         )
         self._process.start()
 
+    def _supervise(self) -> None:
+        """Restart a writer that died (killed, crashed): capture must not stop silently."""
+        backoff = self.check_interval_s
+        started = time.monotonic()
+        while not self._stopping.wait(self.check_interval_s):
+            if self.alive:
+                if time.monotonic() - started > 60:
+                    backoff = self.check_interval_s  # it has run a while: the next death starts over
+                continue
+            exitcode = self._process.exitcode if self._process is not None else None
+            log.error("background writer died (exit code %s); restarting in %.1fs", exitcode, backoff)
+            if self._stopping.wait(backoff):
+                return
+            if self._process is not None:
+                self._process.join(0)
+            self.restarts += 1
+            self._launch()
+            started = time.monotonic()
+            backoff = min(backoff * 2, self.max_backoff_s)
+
     def stop(self, timeout_s: float = 30.0) -> None:
         """Drain what is spooled (bounded by the timeout), then stop."""
+        self._stopping.set()
+        if self._supervisor is not None:
+            self._supervisor.join(timeout_s)
+            self._supervisor = None
         if self._thread is not None:
             self._stop_thread.set()
             self._thread.join(timeout_s)
@@ -223,6 +260,11 @@ class WriterRunner:
         if self._thread is not None:
             return self._thread.is_alive()
         return self._process is not None and self._process.is_alive()
+
+    @property
+    def pid(self) -> int | None:
+        """The writer process's id (None in thread mode)."""
+        return self._process.pid if self._process is not None else None
 
 
 def _child_main(writer: BackgroundWriter, stop: Any, parent_pid: int, close_fds: tuple[int, ...], nice: int) -> None:
