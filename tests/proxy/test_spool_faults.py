@@ -42,11 +42,10 @@ def _tmpfs(path: Path, size: str) -> Iterator[Path]:
 
 def _fill(path: Path) -> None:
     """Write until the filesystem is full."""
-    with open(path, "wb") as f:
+    with open(path, "wb", buffering=0) as f:
         try:
             while True:
                 f.write(b"\0" * 65536)
-                f.flush()
         except OSError as err:
             assert err.errno == errno.ENOSPC
 

@@ -34,7 +34,7 @@ from evolvable.proxy.hooks import (
     RequestRewriter,
 )
 from evolvable.proxy.limits import BodyTooLarge, ClientGone, read_body, replay
-from evolvable.proxy.sessions import SessionManager
+from evolvable.proxy.sessions import Session, SessionManager
 from evolvable.proxy.spool import Spool
 from evolvable.proxy.upstream import UpstreamClient
 from evolvable.proxy.writer import BackgroundWriter, WriterRunner, WriterStats
@@ -83,6 +83,7 @@ class ProxyRuntime:
             batch_size=config.writer_batch_size,
             idle_s=config.writer_idle_s,
         )
+        self.deadletter = self.writer.deadletter
         self.writer_runner = WriterRunner(self.writer, mode=config.writer_mode, nice=config.writer_nice)
         self.upstream: UpstreamClient = None  # type: ignore[assignment]  # made in the lifespan (needs a loop)
         self.dropped_records = 0
@@ -93,11 +94,27 @@ class ProxyRuntime:
             result = await result
         return result
 
+    async def minting_key_active(self, session: Session) -> bool:
+        """Whether the API key that created `session` is still valid (a session key dies with it).
+
+        Asks the authenticator's optional `key_active(key_id)` (cached there; `key_active_cached`
+        answers from memory without I/O when it can)."""
+        if session.minted_by is None:
+            return True
+        cached = getattr(self.authenticator, "key_active_cached", None)
+        known = cached(session.minted_by) if cached is not None else None
+        if known is not None:
+            return bool(known)
+        check = getattr(self.authenticator, "key_active", None)
+        return True if check is None else bool(await asyncio.to_thread(check, session.minted_by))
+
     async def spool_record(self, record: dict[str, Any]) -> bool:
+        return await self.spool_record_bytes(orjson.dumps(record, default=str), record.get("id"))
+
+    async def spool_record_bytes(self, payload: bytes, record_id: Any = None) -> bool:
         """Spool a capture record; True once it is safe (in the segment file, or queued when
         `reply_after_spooled` is off). Waits under back-pressure; a record that cannot be spooled is
         counted in `records_dropped` and logged, and the caller answers by `capture_on_failure`."""
-        payload = orjson.dumps(record, default=str)
         timeout = self.config.backpressure_timeout_s
         try:
             if self.config.reply_after_spooled:
@@ -106,7 +123,7 @@ class ProxyRuntime:
             return True
         except Exception:
             self.dropped_records += 1
-            log.exception("capture record %s dropped", record.get("id"))
+            log.exception("capture record %s dropped", record_id)
             return False
 
     @property
@@ -130,9 +147,19 @@ class ProxyRuntime:
 
         Records are dicts with `t` (session|call|step|signal|end), `traj` (trajectory id), `tenant`,
         `end_user`; see `records_for` for a ready-made predicate. Returns how many were removed."""
-        return self.spool.purge(lambda payload: predicate(orjson.loads(payload)))
 
-    def status(self) -> dict[str, Any]:
+        def matches(payload: bytes) -> bool:
+            try:
+                return predicate(orjson.loads(payload))
+            except orjson.JSONDecodeError:
+                return False
+
+        return self.spool.purge(matches) + self.deadletter.purge(matches)
+
+    def status(self, viewer: Principal | None = None) -> dict[str, Any]:
+        """Capture health. The writer's last error is shown in full to operators and to the tenant whose
+        record it concerns; others see only its kind."""
+        operator = viewer is None or viewer.is_operator or self.authenticator_is_open
         return {
             "spool_end": list(self.spool.end),
             "spool_checkpoint": list(self.spool.reader.load_checkpoint()),
@@ -144,7 +171,8 @@ class ProxyRuntime:
             "writer_alive": self.writer_runner.alive,
             "writer_restarts": self.writer_runner.restarts,
             "sessions_cached": len(self.sessions),
-            **self.writer_stats.as_dict(),
+            "dead_letters": self.deadletter.count(),
+            **self.writer_stats.as_dict(viewer.tenant_id if viewer else None, operator=operator),
         }
 
     async def start(self) -> None:
@@ -242,6 +270,7 @@ def create_app(
     routers: Sequence[APIRouter] = (),
 ) -> FastAPI:
     """The proxy as an ASGI app. The caller owns `store` (the app does not close it)."""
+    from evolvable.proxy.deadletter_routes import router as deadletter_router
     from evolvable.proxy.routes import router as proxy_router
 
     runtime = ProxyRuntime(config, store, governor, authenticator, rewriter)
@@ -262,6 +291,7 @@ def create_app(
     app.hot_path = CompletionsEndpoint(runtime)
     app.state.proxy = runtime
     app.include_router(proxy_router)
+    app.include_router(deadletter_router)
     for extra in routers:
         app.include_router(extra)
 

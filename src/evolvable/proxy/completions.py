@@ -22,7 +22,7 @@ import orjson
 from evolvable.errors import UpstreamError
 from evolvable.proxy.capture import SSEStripper, has_token_fields, llm_step_id, strip_token_fields
 from evolvable.proxy.errors import error_body
-from evolvable.proxy.hooks import Principal, SessionContext
+from evolvable.proxy.hooks import Principal, Role, SessionContext
 from evolvable.proxy.limits import BodyTooLarge, ClientGone, InvalidInput, check_completion_body, read_body
 from evolvable.proxy.sessions import KEY_PREFIX, Session
 
@@ -110,7 +110,14 @@ class CompletionsEndpoint:
                 session = await asyncio.to_thread(rt.sessions.load_by_key, bearer)
             if session is None:
                 raise RequestRejected(401, "invalid session API key", "invalid_request_error", "invalid_api_key")
-            return Principal(tenant_id=session.tenant_id), session, None
+            if not session.running or not await rt.minting_key_active(session):
+                raise RequestRejected(
+                    401,
+                    "this session key is no longer valid (session ended or key revoked)",
+                    "invalid_request_error",
+                    "session_key_expired",
+                )
+            return Principal(tenant_id=session.tenant_id, role=Role.session, session_id=session.id), session, None
         principal = await rt.authenticate(bearer)
         if principal is None:
             raise RequestRejected(401, "invalid API key", "invalid_request_error", "invalid_api_key")

@@ -28,7 +28,7 @@ from evolvable.protocol.models import (
 from evolvable.proxy.app import ProxyRuntime
 from evolvable.proxy.capture import tool_step_id
 from evolvable.proxy.errors import APIError
-from evolvable.proxy.hooks import Principal, SessionContext
+from evolvable.proxy.hooks import Principal, Role, SessionContext
 from evolvable.proxy.limits import InvalidInput, check_depth, check_storable
 from evolvable.proxy.sessions import KEY_PREFIX, Session, new_session_id
 from evolvable.store import InvalidCursor, TrajectoryFilter
@@ -45,8 +45,11 @@ def _rt(request: Request) -> ProxyRuntime:
     return request.app.state.proxy
 
 
-async def _caller(request: Request) -> tuple[Principal, Session | None]:
-    """The caller's principal, and its session when it authenticated with a session key."""
+async def _caller(request: Request, *, allow_ended: bool = False) -> tuple[Principal, Session | None]:
+    """The caller's principal, and its session when it authenticated with a session key.
+
+    A session key dies when its session ends or the key that created it is revoked; `allow_ended`
+    lets an ended session's own key reach `end` (which answers a status change with 409)."""
     auth = request.headers.get("authorization", "")
     bearer = auth[7:].strip() if auth[:7].lower() == "bearer " else None
     rt = _rt(request)
@@ -54,7 +57,14 @@ async def _caller(request: Request) -> tuple[Principal, Session | None]:
         session = rt.sessions.cached_by_key(bearer) or await asyncio.to_thread(rt.sessions.load_by_key, bearer)
         if session is None:
             raise APIError(401, "invalid session API key", "invalid_request_error", "invalid_api_key")
-        return Principal(tenant_id=session.tenant_id), session
+        if not await rt.minting_key_active(session) or (not session.running and not allow_ended):
+            raise APIError(
+                401,
+                "this session key is no longer valid (session ended or key revoked)",
+                "invalid_request_error",
+                "session_key_expired",
+            )
+        return Principal(tenant_id=session.tenant_id, role=Role.session, session_id=session.id), session
     principal = await rt.authenticate(bearer)
     if principal is None:
         raise APIError(401, "invalid API key", "invalid_request_error", "invalid_api_key")
@@ -65,16 +75,16 @@ async def _principal(request: Request) -> Principal:
     return (await _caller(request))[0]
 
 
-async def _session(request: Request, session_id: str) -> Session:
+async def _session(request: Request, session_id: str, *, allow_ended: bool = False) -> Session:
     """The session, if the caller may use it: its own key, or a principal of its tenant."""
     rt = _rt(request)
-    principal = await _principal(request)
-    session = rt.sessions.cached_by_id(session_id) or await asyncio.to_thread(rt.sessions.load_by_id, session_id)
-    if session is None or session.tenant_id != principal.tenant_id:
+    principal, own = await _caller(request, allow_ended=allow_ended)
+    if own is not None and own.id != session_id:
         raise APIError(404, f"session {session_id} not found", "invalid_request_error", "session_not_found")
-    auth = request.headers.get("authorization", "")
-    bearer = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
-    if bearer.startswith(KEY_PREFIX) and rt.sessions.cached_by_key(bearer) not in (None, session):
+    session = own or rt.sessions.cached_by_id(session_id)
+    if session is None:
+        session = await asyncio.to_thread(rt.sessions.load_by_id, session_id)
+    if session is None or session.tenant_id != principal.tenant_id:
         raise APIError(404, f"session {session_id} not found", "invalid_request_error", "session_not_found")
     return session
 
@@ -185,6 +195,7 @@ async def create_session(request: Request) -> Response:
             harness_version=harness_version,
             policy_version=policy_version,
             session_id=session_id,
+            minted_by=principal.key_id,
         )
     except EvolvableError as err:
         raise APIError(503, f"cannot create the session: {err}", "server_error") from None
@@ -317,9 +328,10 @@ async def add_signals(session_id: str, request: Request) -> Response:
 
 async def end_session(
     rt: ProxyRuntime, session: Session, status: str, outcome: float | None, reason: str | None = None
-) -> None:
-    rt.sessions.end(session, status)
-    await rt.spool_record(
+) -> bool:
+    """End a session (its key stops working at once) and spool the end record; False if not spooled."""
+    await asyncio.to_thread(rt.sessions.end, session, status)
+    return await rt.spool_record(
         {
             "t": "end",
             "id": new_id("end"),
@@ -338,11 +350,20 @@ async def end_session(
 @router.post("/v1/sessions/{session_id}/end")
 async def end(session_id: str, request: Request) -> Response:
     rt = _rt(request)
-    session = await _session(request, session_id)
+    session = await _session(request, session_id, allow_ended=True)
     spec: SessionEnd = await _parse(request, SessionEnd)
     if spec.status == TrajectoryStatus.running:
         raise APIError(400, "status must be completed, failed or abandoned", "invalid_request_error")
-    await end_session(rt, session, spec.status.value, spec.outcome)
+    if not session.running:
+        if session.status == spec.status.value:
+            return _json({"id": session.id, "status": session.status})  # the same end again: idempotent
+        raise APIError(
+            409, f"session {session.id} already ended as {session.status}", "invalid_request_error", "session_ended"
+        )
+    if not await end_session(rt, session, spec.status.value, spec.outcome) and rt.fails_closed:
+        raise APIError(
+            503, "the end could not be recorded (capture storage unavailable)", "server_error", "capture_unavailable"
+        )
     return _json({"id": session.id, "status": spec.status.value})
 
 
@@ -419,5 +440,4 @@ async def models(request: Request) -> Response:
 async def status(request: Request) -> Response:
     """Capture health: spool position, writer progress, dropped records."""
     rt = _rt(request)
-    await _principal(request)
-    return _json(rt.status())
+    return _json(rt.status(await _principal(request)))

@@ -61,6 +61,8 @@ class Session:
     last_activity: float = field(default_factory=time.monotonic)
     calls: int = 0
     versions_recorded: bool = False
+    minted_by: str | None = None
+    """The API key id that created the session: its session key dies when that key is revoked."""
 
     @property
     def running(self) -> bool:
@@ -101,6 +103,7 @@ class SessionManager:
         harness_version: str | None = None,
         policy_version: str | None = None,
         session_id: str | None = None,
+        minted_by: str | None = None,
     ) -> tuple[Session, str]:
         """A new session and its API key (returned once, stored hashed). `session_id`: one drawn by the
         caller with `new_session_id()` (to pin versions by it before the session exists)."""
@@ -117,6 +120,7 @@ class SessionManager:
             harness_version=harness_version,
             policy_version=policy_version,
             versions_recorded=harness_version is not None or policy_version is not None,
+            minted_by=minted_by,
         )
         with self.store.engine.begin() as conn:
             conn.execute(
@@ -131,6 +135,7 @@ class SessionManager:
                     policy_version=policy_version,
                     status=session.status,
                     created_at=session.created_at,
+                    minted_by=minted_by,
                 )
             )
         self._cache(session)
@@ -175,10 +180,17 @@ class SessionManager:
     # ----------------------------------------------------------------- cache maintenance
 
     def end(self, session: Session, status: str) -> None:
-        """Mark ended in memory and drop from the cache (late calls fall back to a DB lookup)."""
+        """Mark ended in memory and in the table at once (blocking: run in a worker thread), so the
+        session key stops working on every replica now, not when the writer applies the end record."""
         session.status = status
         self._by_id.pop(session.id, None)
         self._by_key.pop(session.key_hash, None)
+        with self.store.engine.begin() as conn:
+            conn.execute(
+                sa.update(proxy_sessions)
+                .where(proxy_sessions.c.id == session.id, proxy_sessions.c.status == TrajectoryStatus.running.value)
+                .values(status=status)
+            )
 
     def idle(self, timeout_s: float) -> list[Session]:
         cutoff = time.monotonic() - timeout_s
@@ -226,4 +238,5 @@ class SessionManager:
             created_at=row["created_at"],
             versions_recorded=row["harness_version"] is not None or row["policy_version"] is not None,
             calls=1,
+            minted_by=row["minted_by"],
         )
