@@ -34,6 +34,7 @@ def serve(
 
     from evolvable.proxy.app import create_app
     from evolvable.proxy.config import ConfigError, ProxyConfig, UpstreamConfig, load_config
+    from evolvable.proxy.slow_clients import with_read_deadline
     from evolvable.settings import env_value, get_settings
     from evolvable.store import Store
 
@@ -79,7 +80,7 @@ def serve(
             host=host,
             port=port,
             loop="uvloop",
-            http="httptools",
+            http=with_read_deadline(cfg.request_read_timeout_s),
             log_level=log_level,
             access_log=False,
             proxy_headers=False,

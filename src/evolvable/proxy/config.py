@@ -92,6 +92,9 @@ class ProxyConfig:
     max_upstream_reply_bytes: int = 64 * 1024 * 1024
     """Largest upstream reply read (502 `upstream_reply_too_large` past it, recorded as an error step)."""
     read_your_writes_timeout_s: float = 5.0
+    request_read_timeout_s: float = 30.0
+    """A client must send a request's headers and body within this time, else the connection is closed
+    (408): slow clients cannot hold connections open forever (`evolvable serve`)."""
 
     def upstream(self, name: str | None) -> UpstreamConfig:
         wanted = name or self.default_upstream or (self.upstreams[0].name if self.upstreams else None)
@@ -148,6 +151,7 @@ _SCALAR_KEYS = {
     "max_body_bytes": int,
     "max_upstream_reply_bytes": int,
     "read_your_writes_timeout_s": float,
+    "request_read_timeout_s": float,
 }
 
 
