@@ -4,6 +4,9 @@ record; a database outage is retried, never quarantined. Both backends where the
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -142,3 +145,30 @@ def test_a_database_outage_is_retried_not_quarantined(tmp_path: Path) -> None:
 class _Passthrough:
     def govern(self, events: list[Event]) -> list[Event]:
         return events
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "evolvable.cli.main", "deadletter", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+
+
+def test_deadletter_cli_lists_replays_and_discards(tmp_path: Path) -> None:
+    spool_dir = tmp_path / "spool"
+    queue = DeadLetter(spool_dir)
+    kept = queue.add(_poison_step("traj_cli", tenant="acme"), "OverflowError: date value out of range")
+    dropped = queue.add(_poison_step("traj_cli2"), "ValueError: bad")
+    listed = _cli("list", "--spool-dir", str(spool_dir), "--tenant", "acme")
+    assert listed.returncode == 0 and kept.id in listed.stdout and dropped.id not in listed.stdout
+    assert _cli("discard", "dlq_nope", "--spool-dir", str(spool_dir)).returncode == 2
+    assert _cli("discard", dropped.id, "--spool-dir", str(spool_dir)).returncode == 0
+    replayed = _cli("replay", "--spool-dir", str(spool_dir))
+    assert replayed.returncode == 0, replayed.stderr
+    assert queue.entries() == []
+    reader = SpoolReader(spool_dir)
+    records, _position = reader.read(reader.load_checkpoint(), 10)
+    assert [orjson.loads(r)["traj"] for r in records] == ["traj_cli"]
