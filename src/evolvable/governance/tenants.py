@@ -411,9 +411,10 @@ class TenantDirectory:
         return active
 
     def init_admin(self, tenant_id: str = DEFAULT_TENANT, *, actor: str = "cli") -> IssuedKey:
-        """First-run setup: the tenant (if missing) and an admin key for it."""
+        """First-run setup: the tenant (if missing) and an operator key in it (the deployment's first key
+        must be able to create the other tenants and their admins)."""
         try:
             self.get_tenant(tenant_id)
         except NotFound:
             self.create_tenant(tenant_id, actor=actor)
-        return self.issue_key(tenant_id, label="admin", is_admin=True, actor=actor)
+        return self.issue_key(tenant_id, label="operator", role=Role.operator, actor=actor)
