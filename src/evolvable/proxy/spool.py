@@ -425,17 +425,34 @@ class Spool:
 
     def _write_batch(self, batch: list[bytes], rotate: bool) -> None:
         """Write one batch; a failure (disk full, read-only, I/O error) drops the whole batch, counted and
-        reported, and leaves the files as before it, so the next batch can succeed."""
+        reported, and leaves the files as before it, so the next batch can succeed.
+
+        Waiting callers are woken as soon as the batch is in the file (after its fdatasync with
+        `fsync: batch`), before any periodic fsync or segment rotation, which only bound power-loss
+        exposure and the age of raw data on disk."""
         ok = True
         with self._file_lock:
             if batch:
                 try:
                     self._append_frames(b"".join([frame(p) for p in batch]))
+                    if self.fsync == "batch":
+                        os.fdatasync(self._fd)  # type: ignore[arg-type]
                 except OSError as err:
                     ok = False
                     self._record_failure(err, len(batch))
+            end = (self._active_seq, self._active_size)
+        self._settle_batch(len(batch), ok, end)
+        with self._file_lock:
             try:
-                aged = time.monotonic() - self._opened_at >= self.max_segment_age_s
+                now = time.monotonic()
+                if (
+                    self.fsync == "interval"
+                    and self._fd is not None
+                    and now - self._last_fsync >= self.fsync_interval_s
+                ):
+                    os.fdatasync(self._fd)
+                    self._last_fsync = now
+                aged = now - self._opened_at >= self.max_segment_age_s
                 if (
                     self._fd is not None
                     and self._active_size > 0
@@ -445,17 +462,22 @@ class Spool:
             except OSError as err:  # the next batch retries opening a segment
                 self._record_failure(err, 0)
             end = (self._active_seq, self._active_size)
-        if ok and batch and self.failing:
+        with self._cond:
+            self._end = end
+
+    def _settle_batch(self, records: int, ok: bool, end: Position) -> None:
+        """Publish a written (or failed) batch: counters, `wait_written`, and the event loop's waiters."""
+        if ok and records and self.failing:
             log.warning("spool writes succeed again after %d dropped records", self.dropped)
             self.failing = False
         first = self._handled + 1
         with self._cond:
             self._end = end
-            self._written += len(batch)
-            self._handled += len(batch)
+            self._written += records
+            self._handled += records
             self._cond.notify_all()
         loop = self._loop
-        if batch and loop is not None and not loop.is_closed():
+        if records and loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the loop closed in between
                 loop.call_soon_threadsafe(self._settle, first, self._handled, ok)
 
@@ -472,10 +494,6 @@ class Spool:
             self._cut_back()
             raise
         self._active_size += len(data)
-        now = time.monotonic()
-        if self.fsync == "batch" or (self.fsync == "interval" and now - self._last_fsync >= self.fsync_interval_s):
-            os.fdatasync(self._fd)
-            self._last_fsync = now
 
     def _cut_back(self) -> None:
         """Remove a partly written batch (truncating needs no space); if even that fails, leave the
