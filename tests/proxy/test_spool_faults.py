@@ -105,6 +105,7 @@ def test_full_spool_filesystem_refuses_calls_counts_them_and_recovers(
             server.flush()
             assert sorted(_stored_step_ids(store, session)) == sorted(answered)  # 0 answered calls lost
             assert not _status(server)["spool_failing"]
+            print(f"full spool: answered={len(answered)} refused_503={refused} dropped={status['records_dropped']}")
         finally:
             server.stop()
         # A proxy restarts on a full spool filesystem: the checkpoint needs no new space.
@@ -133,6 +134,7 @@ def test_fail_open_answers_and_counts_what_it_could_not_capture(
             stored = len(_stored_step_ids(sqlite_store, session))
             dropped = _status(server)["records_dropped"]
             assert dropped > 0 and stored + dropped == len(responses)
+            print(f"fail open: answered={len(responses)} stored={stored} dropped={dropped}")
         finally:
             server.stop()
 
@@ -169,6 +171,7 @@ def test_read_only_spool_directory_moment_is_refused_then_recovered(
             answered.append(r.headers["x-evolvable-step-id"])
         server.flush()
         assert sorted(_stored_step_ids(sqlite_store, session)) == sorted(answered)
+        print(f"read-only moment: answered={len(answered)} refused_503={refused}")
     finally:
         server.stop()
 

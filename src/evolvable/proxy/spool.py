@@ -271,6 +271,7 @@ class Spool:
         self.last_error: str | None = None
         self.dropped = 0
         """Records handed to the spool that could not be written (disk full, I/O error); never silent."""
+        self._last_failure_log = float("-inf")
         self.failing = False
         """True while writes fail (from the first failed batch until one succeeds again)."""
         self._handled = 0
@@ -510,7 +511,10 @@ class Spool:
         self.dropped += records
         self.failing = self.failing or records > 0
         self.last_error = f"{err.__class__.__name__}: {err}"
-        log.error("spool write failed (%s); %d records not written, %d dropped so far", err, records, self.dropped)
+        now = time.monotonic()
+        if now - self._last_failure_log >= 1.0:  # loud, but at most once a second on a full disk
+            self._last_failure_log = now
+            log.error("spool write failed (%s); %d records not written, %d dropped so far", err, records, self.dropped)
 
     def _open_segment(self, seq: int) -> None:
         if self._fd is not None:
