@@ -149,9 +149,13 @@ def test_read_only_spool_directory_moment_is_refused_then_recovered(
         answered = [_chat(server, session, "before").headers["x-evolvable-step-id"]]
         try:
             _mount("--bind", str(spool), str(spool))
-            _mount("-o", "remount,ro,bind", str(spool))
         except (subprocess.CalledProcessError, FileNotFoundError) as err:
             pytest.skip(f"a read-only bind mount needs root ({err})")
+        try:
+            _mount("-o", "remount,ro,bind", str(spool))
+        except subprocess.CalledProcessError as err:
+            subprocess.run(["umount", str(spool)], check=True)
+            pytest.fail(f"remounting the spool read-only failed: {err.stderr!r}")
         try:
             time.sleep(0.5)  # the active segment ages out; opening the next one fails
             refused = 0
