@@ -138,15 +138,18 @@ def test_oversized_upstream_reply_is_cut_off_and_recorded(proxy_factory: Any, st
     ]
 
 
-def test_session_cache_keeps_no_large_task_input(lite_proxy: ProxyServer, sqlite_store: Store) -> None:
+def test_session_cache_keeps_no_large_payloads(lite_proxy: ProxyServer, sqlite_store: Store) -> None:
     large = "ticket " * 200_000
-    session = new_session(lite_proxy, task_input=large)
-    small = new_session(lite_proxy, task_input="short ticket")
+    metadata = {"cluster": "refunds", "notes": "n" * 100_000}
+    session = new_session(lite_proxy, task_input=large, metadata=metadata)
+    small = new_session(lite_proxy, task_input="short ticket", metadata={"cluster": "billing"})
     cached = lite_proxy.runtime.sessions.cached_by_id(session["id"])
-    assert cached is not None and cached.task_input is None
-    assert lite_proxy.runtime.sessions.cached_by_id(small["id"]).task_input == "short ticket"
+    assert cached is not None and cached.task_input is None and cached.metadata == {"cluster": "refunds"}
+    kept = lite_proxy.runtime.sessions.cached_by_id(small["id"])
+    assert kept.task_input == "short ticket" and kept.metadata == {"cluster": "billing"}
     lite_proxy.flush()
-    assert sqlite_store.get_trajectory(session["id"]).task_input == large
+    stored = sqlite_store.get_trajectory(session["id"])
+    assert stored.task_input == large and stored.metadata == metadata
 
 
 def test_limit_helpers() -> None:

@@ -210,7 +210,7 @@ async def create_session(request: Request) -> Response:
             "end_user": session.end_user,
             "task_id": session.task_id,
             "task_input": spec.task_input,
-            "metadata": session.metadata,
+            "metadata": spec.metadata,
             "hv": harness_version,
             "pv": policy_version,
             "at": session.created_at.timestamp(),

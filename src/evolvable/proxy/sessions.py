@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import orjson
 import sqlalchemy as sa
 
 from evolvable.protocol.models import TrajectoryStatus, new_id, utcnow
@@ -33,6 +34,19 @@ thousands of cached sessions must not pin megabytes each until their idle timeou
 def cacheable_task_input(task_input: Any) -> str | None:
     """What the cache keeps of a task input: short text only (the full input goes to the spool)."""
     return task_input if isinstance(task_input, str) and len(task_input) <= MAX_CACHED_TASK_TEXT else None
+
+
+MAX_CACHED_METADATA_BYTES = 16 * 1024
+
+
+def cacheable_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
+    """What the cache keeps of session metadata: all of it when small, else its short scalar entries
+    (e.g. `cluster`, which the rewriter reads); the full metadata goes to the spool."""
+    if len(orjson.dumps(metadata, default=str)) <= MAX_CACHED_METADATA_BYTES:
+        return metadata
+    return {
+        k: v for k, v in metadata.items() if isinstance(v, int | float | bool) or (isinstance(v, str) and len(v) <= 256)
+    }
 
 
 def hash_key(key: str) -> str:
@@ -116,7 +130,7 @@ class SessionManager:
             task_id=task_id,
             task_input=cacheable_task_input(task_input),
             end_user=end_user,
-            metadata=metadata,
+            metadata=cacheable_metadata(metadata),
             harness_version=harness_version,
             policy_version=policy_version,
             versions_recorded=harness_version is not None or policy_version is not None,
@@ -217,7 +231,7 @@ class SessionManager:
             try:
                 header = self.store.get_header(session.id)
                 session.task_input = cacheable_task_input(header.task_input)
-                session.metadata = dict(header.metadata)
+                session.metadata = cacheable_metadata(dict(header.metadata))
             except Exception:  # header not applied yet: the rewriter sees no task input, capture is unaffected
                 pass
         self._cache(session)
