@@ -62,6 +62,17 @@ def _chat(server: ProxyServer, session: dict[str, Any], text: str) -> httpx.Resp
     )
 
 
+def _first_answered(server: ProxyServer, session: dict[str, Any]) -> str:
+    """Call until one is answered (calls refused before the upstream until a probe write succeeds)."""
+    deadline = time.monotonic() + 30
+    while True:
+        r = _chat(server, session, "probe")
+        if r.status_code == 200:
+            return r.headers["x-evolvable-step-id"]
+        assert r.status_code == 503 and time.monotonic() < deadline, r.text
+        time.sleep(0.1)
+
+
 def _status(server: ProxyServer) -> dict[str, Any]:
     return httpx.get(f"{server.url}/v1/proxy/status").json()
 
@@ -87,6 +98,7 @@ def test_full_spool_filesystem_refuses_calls_counts_them_and_recovers(
             server.flush()
             _fill(fs / "filler")
             answered, refused = [], 0
+            upstream_calls = len(upstream.requests)
             for i in range(30):
                 r = _chat(server, session, f"call {i} " + "x" * 8000)
                 if r.status_code == 200:
@@ -96,8 +108,11 @@ def test_full_spool_filesystem_refuses_calls_counts_them_and_recovers(
                     refused += 1
             assert refused > 0
             status = _status(server)
-            assert status["records_dropped"] == refused and status["spool_failing"]
+            # Refused after the upstream answered (a record failed), or before calling it at all.
+            assert status["records_dropped"] + status["calls_refused"] == refused and status["spool_failing"]
+            assert status["calls_refused"] > 0 and len(upstream.requests) - upstream_calls < refused
             (fs / "filler").unlink()
+            answered.append(_first_answered(server, session))  # the next probe finds writing works again
             for i in range(10):
                 r = _chat(server, session, f"after {i}")
                 assert r.status_code == 200
@@ -105,7 +120,10 @@ def test_full_spool_filesystem_refuses_calls_counts_them_and_recovers(
             server.flush()
             assert sorted(_stored_step_ids(store, session)) == sorted(answered)  # 0 answered calls lost
             assert not _status(server)["spool_failing"]
-            print(f"full spool: answered={len(answered)} refused_503={refused} dropped={status['records_dropped']}")
+            print(
+                f"full spool: answered={len(answered)} refused_503={refused} dropped={status['records_dropped']}"
+                f" refused_before_upstream={status['calls_refused']}"
+            )
         finally:
             server.stop()
         # A proxy restarts on a full spool filesystem: the checkpoint needs no new space.
@@ -168,7 +186,9 @@ def test_read_only_spool_directory_moment_is_refused_then_recovered(
                     refused += 1
         finally:
             subprocess.run(["umount", str(spool)], check=True)
-        assert refused > 0 and _status(server)["records_dropped"] == refused
+        status = _status(server)
+        assert refused > 0 and status["records_dropped"] + status["calls_refused"] == refused
+        answered.append(_first_answered(server, session))
         for i in range(5):
             r = _chat(server, session, f"writable again {i}")
             assert r.status_code == 200, r.text
@@ -200,13 +220,18 @@ def test_raw_records_leave_the_disk_under_steady_traffic(proxy_factory: Any, sql
     server = proxy_factory(sqlite_store, config={"spool_max_segment_age_s": 0.3})
     session = new_session(server)
     marker = "raw-marker-4f1c"
-    assert _chat(server, session, marker).status_code == 200
     spool = server.runtime.spool.directory
 
     def marker_on_disk() -> bool:
-        return any(marker.encode() in p.read_bytes() for p in spool.glob("*.seg") if p.exists())
+        found = False
+        for path in spool.glob("*.seg"):
+            with contextlib.suppress(FileNotFoundError):
+                found = found or marker.encode() in path.read_bytes()
+        return found
 
-    assert marker_on_disk()
+    with server.runtime.spool.reader.cycle_lock():  # the writer waits: the record must be on disk now
+        assert _chat(server, session, marker).status_code == 200
+        assert marker_on_disk()
     deadline = time.monotonic() + 30
     while marker_on_disk():  # traffic never pauses long enough for the idle rotation
         assert time.monotonic() < deadline, "the raw record stayed on disk"

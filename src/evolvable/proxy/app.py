@@ -87,6 +87,8 @@ class ProxyRuntime:
         self.writer_runner = WriterRunner(self.writer, mode=config.writer_mode, nice=config.writer_nice)
         self.upstream: UpstreamClient = None  # type: ignore[assignment]  # made in the lifespan (needs a loop)
         self.dropped_records = 0
+        self.calls_refused = 0
+        """Calls answered 503 before reaching the upstream because capture was failing (fail closed)."""
 
     async def authenticate(self, bearer: str | None) -> Principal | None:
         result = self.authenticator.authenticate(bearer)
@@ -166,6 +168,7 @@ class ProxyRuntime:
             "spool_last_error": self.spool.last_error,
             "records_dropped": self.dropped_records + self.spool.dropped,
             "spool_failing": self.spool.failing,
+            "calls_refused": self.calls_refused,
             "capture_on_failure": self.config.capture_on_failure,
             "writer_mode": self.config.writer_mode,
             "writer_alive": self.writer_runner.alive,

@@ -33,11 +33,8 @@ log = logging.getLogger("evolvable.proxy")
 
 Scope = dict[str, Any]
 _JSON = b"application/json"
-_CAPTURE_UNAVAILABLE = error_body(
-    "the call could not be recorded (capture storage unavailable); it was not answered",
-    "server_error",
-    "capture_unavailable",
-)
+_CAPTURE_UNAVAILABLE_TEXT = "the call could not be recorded (capture storage unavailable); it was not answered"
+_CAPTURE_UNAVAILABLE = error_body(_CAPTURE_UNAVAILABLE_TEXT, "server_error", "capture_unavailable")
 
 
 _ID_PREFIX = os.urandom(8).hex()
@@ -163,6 +160,12 @@ class CompletionsEndpoint:
             raise RequestRejected(400, str(err), "invalid_request_error", "invalid_field") from None
         headers = dict(scope["headers"])
         principal, session, forward_bearer = await self._identify(headers)
+        if rt.fails_closed and not rt.spool.may_try_write():
+            # Capture is failing (disk full, read-only): refuse before paying the upstream for a call
+            # that would be refused after it. One call every `probe_interval_s` still goes through to
+            # find out when writing works again.
+            rt.calls_refused += 1
+            raise RequestRejected(503, _CAPTURE_UNAVAILABLE_TEXT, "server_error", "capture_unavailable")
 
         request_id = new_request_id()
         if session is not None:

@@ -272,6 +272,7 @@ class Spool:
         self.dropped = 0
         """Records handed to the spool that could not be written (disk full, I/O error); never silent."""
         self._last_failure_log = float("-inf")
+        self._last_probe = float("-inf")
         self.failing = False
         """True while writes fail (from the first failed batch until one succeeds again)."""
         self._handled = 0
@@ -356,6 +357,16 @@ class Spool:
         except TimeoutError:
             self._waiters.pop(seq, None)
             return False
+
+    def may_try_write(self, probe_interval_s: float = 0.5) -> bool:
+        """False while writes fail, except once per `probe_interval_s` (a probe: does writing work again?)."""
+        if not self.failing:
+            return True
+        now = time.monotonic()
+        if now - self._last_probe >= probe_interval_s:
+            self._last_probe = now
+            return True
+        return False
 
     def _settle(self, first: int, last: int, ok: bool) -> None:
         """On the event loop: wake the waiters of records first..last (just written, or failed)."""
