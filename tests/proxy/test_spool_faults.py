@@ -40,6 +40,25 @@ def _tmpfs(path: Path, size: str) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(path)], check=False)
 
 
+def _read_only_bind(path: Path) -> None:
+    """Make `path` read-only for new opens (files already open stay writable, as in a chmod).
+
+    The bind and its read-only remount are two steps; a file the writer process opens between them
+    (its lock or checkpoint, briefly) makes the remount busy, so it is retried."""
+    for _attempt in range(100):
+        try:
+            _mount("--bind", "-o", "ro", str(path), str(path))
+            return
+        except FileNotFoundError as err:
+            pytest.skip(f"a read-only bind mount needs mount(8) ({err})")
+        except subprocess.CalledProcessError as err:
+            if b"permission denied" in err.stderr.lower() or b"must be superuser" in err.stderr.lower():
+                pytest.skip(f"a read-only bind mount needs root ({err.stderr!r})")
+            subprocess.run(["umount", "-l", str(path)], check=False, capture_output=True)
+            time.sleep(0.02)
+    pytest.fail("could not make the spool directory read-only")
+
+
 def _fill(path: Path) -> None:
     """Write until the filesystem is full."""
     with open(path, "wb", buffering=0) as f:
@@ -165,15 +184,8 @@ def test_read_only_spool_directory_moment_is_refused_then_recovered(
     try:
         session = new_session(server)
         answered = [_chat(server, session, "before").headers["x-evolvable-step-id"]]
-        try:
-            _mount("--bind", str(spool), str(spool))
-        except (subprocess.CalledProcessError, FileNotFoundError) as err:
-            pytest.skip(f"a read-only bind mount needs root ({err})")
-        try:
-            _mount("-o", "remount,ro,bind", str(spool))
-        except subprocess.CalledProcessError as err:
-            subprocess.run(["umount", str(spool)], check=True)
-            pytest.fail(f"remounting the spool read-only failed: {err.stderr!r}")
+        with server.runtime.spool._file_lock:  # no segment is opened through the mount while it turns read-only
+            _read_only_bind(spool)
         try:
             time.sleep(0.5)  # the active segment ages out; opening the next one fails
             refused = 0
@@ -185,7 +197,7 @@ def test_read_only_spool_directory_moment_is_refused_then_recovered(
                     assert r.status_code == 503
                     refused += 1
         finally:
-            subprocess.run(["umount", str(spool)], check=True)
+            subprocess.run(["umount", "-l", str(spool)], check=True)
         status = _status(server)
         assert refused > 0 and status["records_dropped"] + status["calls_refused"] == refused
         answered.append(_first_answered(server, session))
