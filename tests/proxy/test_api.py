@@ -156,11 +156,10 @@ def test_idle_sessions_are_abandoned_and_late_signals_accepted(proxy_factory: An
     proxy.flush()
     t = sqlite_store.get_trajectory(session["id"])
     assert t.status == TrajectoryStatus.abandoned and t.metadata["end_reason"] == "idle_timeout"
-    r = httpx.post(
-        f"{proxy.url}/v1/sessions/{session['id']}/signals",
-        headers=_auth(session),
-        json={"signals": [{"kind": "user_feedback", "value": -1, "label": "late"}]},
-    )
+    late = {"signals": [{"kind": "user_feedback", "value": -1, "label": "late"}]}
+    signals = f"{proxy.url}/v1/sessions/{session['id']}/signals"
+    assert httpx.post(signals, headers=_auth(session), json=late).status_code == 401  # its key died with it
+    r = httpx.post(signals, json=late)  # the tenant's principal still adds late feedback
     assert r.status_code == 201, r.text
     proxy.flush()
     assert sqlite_store.get_trajectory(session["id"]).signals[0].label == "late"

@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from evolvable.proxy.spool import Spool, SpoolError, SpoolFull, list_segments, purge_spool
+from evolvable.proxy.spool import Spool, SpoolError, SpoolFull, SpoolReader, list_segments, purge_spool
 
 
 def _drain(spool: Spool) -> list[bytes]:
@@ -108,3 +108,23 @@ def test_back_pressure_waits_then_gives_up(tmp_path: Path) -> None:
 
     asyncio.run(waits_then_succeeds())
     spool.close()
+
+
+def test_checkpoint_is_rewritten_in_place_and_survives_a_torn_slot(tmp_path: Path) -> None:
+    (tmp_path / "checkpoint").write_text("3 120\n")  # the text format of earlier versions
+    reader = SpoolReader(tmp_path)
+    assert reader.load_checkpoint() == (3, 120)
+    reader.reserve_checkpoint()
+    size = (tmp_path / "checkpoint").stat().st_size
+    assert reader.load_checkpoint() == (3, 120) and size >= 4096
+    reader.save_checkpoint((4, 0))
+    reader.save_checkpoint((4, 64))
+    assert reader.load_checkpoint() == (4, 64)
+    assert (tmp_path / "checkpoint").stat().st_size == size  # in place: no new space needed
+    with open(tmp_path / "checkpoint", "r+b") as f:  # tear the newest slot: the other one still holds
+        data = f.read(64)
+        counters = [int.from_bytes(data[offset + 4 : offset + 12], "little") for offset in (0, 32)]
+        newest = 0 if counters[0] > counters[1] else 32
+        f.seek(newest + 20)
+        f.write(b"\xff\xff")
+    assert reader.load_checkpoint() == (4, 0)

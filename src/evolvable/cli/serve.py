@@ -41,6 +41,7 @@ def serve(
     import uvicorn
 
     from evolvable.app import build_stack
+    from evolvable.proxy.slow_clients import with_read_deadline
 
     cfg = _configuration(config)
     overrides: dict[str, Any] = {"db": db, "host": host, "port": port, "log_level": log_level}
@@ -53,7 +54,7 @@ def serve(
             host=cfg.server.host,
             port=cfg.server.port,
             loop="uvloop",
-            http="httptools",
+            http=with_read_deadline(stack.proxy_config.request_read_timeout_s),
             log_level=cfg.server.log_level,
             access_log=False,
             proxy_headers=False,

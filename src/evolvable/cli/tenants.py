@@ -63,19 +63,19 @@ def _show_tenants(tenants: list[Any]) -> None:
 def _show_key(issued: Any) -> None:
     from evolvable.cli._console import console
 
-    console.print(
-        f"key id     [bold]{issued.key_id}[/] (tenant {issued.tenant_id}{', admin' if issued.is_admin else ''})"
-    )
+    console.print(f"key id     [bold]{issued.key_id}[/] (tenant {issued.tenant_id}, {issued.role.value})")
     console.print(f"api key    [bold green]{issued.key}[/]", highlight=False, soft_wrap=True)
     console.print("[yellow]Store it now: it is shown once and only its hash is kept.[/]")
 
 
 @tenants_app.command("init")
 def init(
-    tenant: str = typer.Option("default", "--tenant", help="Tenant to create (if missing) for the admin key."),
+    tenant: str = typer.Option(
+        "default", "--tenant", help="Tenant to create (if missing) for the first (operator) key."
+    ),
     db: str | None = DB_OPTION,
 ) -> None:
-    """First-run setup: create the tenant and an admin key for it."""
+    """First-run setup: create the tenant and an operator key in it (it can create the other tenants)."""
     from evolvable.errors import EvolvableError
 
     try:
@@ -157,14 +157,20 @@ def update(
 def issue_key(
     tenant_id: str = typer.Argument(...),
     label: str = typer.Option("", "--label"),
-    admin: bool = typer.Option(False, "--admin", help="An admin key manages tenants, keys, purges and the audit log."),
+    admin: bool = typer.Option(
+        False, "--admin", help="An admin key manages its own tenant: policy, keys, purges, audit log."
+    ),
+    operator: bool = typer.Option(
+        False, "--operator", help="An operator key administers every tenant (creates tenants, issues any key)."
+    ),
     db: str | None = DB_OPTION,
 ) -> None:
     """Issue an API key for a tenant; the key is printed once."""
     from evolvable.errors import EvolvableError
 
     try:
-        _show_key(_directory(db).issue_key(tenant_id, label=label, is_admin=admin))
+        role = "operator" if operator else None
+        _show_key(_directory(db).issue_key(tenant_id, label=label, is_admin=admin, role=role))
     except EvolvableError as err:
         _fail(str(err))
 
@@ -189,12 +195,10 @@ def keys(tenant_id: str | None = typer.Argument(None), db: str | None = DB_OPTIO
 
     from evolvable.cli._console import console
 
-    table = Table("key id", "tenant", "label", "admin", "created", "revoked")
+    table = Table("key id", "tenant", "label", "role", "created", "revoked")
     for k in _directory(db).list_keys(tenant_id):
         revoked = k.revoked_at.strftime("%Y-%m-%d %H:%M") if k.revoked_at else "-"
-        table.add_row(
-            k.id, k.tenant_id, k.label, "yes" if k.is_admin else "", k.created_at.strftime("%Y-%m-%d %H:%M"), revoked
-        )
+        table.add_row(k.id, k.tenant_id, k.label, k.role.value, k.created_at.strftime("%Y-%m-%d %H:%M"), revoked)
     console.print(table)
 
 

@@ -32,7 +32,7 @@ from evolvable.governance.purge import DerivedEraser, Purger, PurgeRequest, Spoo
 from evolvable.governance.redaction import redact_text
 from evolvable.governance.tenants import TenantDirectory
 from evolvable.protocol.models import CaptureMode
-from evolvable.proxy.hooks import Principal
+from evolvable.proxy.hooks import Principal, Role
 
 log = logging.getLogger("evolvable.governance.api")
 
@@ -101,6 +101,7 @@ class _KeyIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     label: str = ""
     is_admin: bool = False
+    role: Role | None = None
 
 
 class _PurgeIn(BaseModel):
@@ -155,6 +156,11 @@ def governance_routers(
     def actor(p: Principal) -> str:
         return p.key_id or "anonymous"
 
+    def administer(p: Principal, tenant_id: str | None) -> None:
+        """Admins administer their own tenant only; operators every tenant (and cross-tenant scopes)."""
+        if not p.may_administer(tenant_id):
+            raise _Refused(403, "an admin key administers its own tenant only", "tenant_forbidden")
+
     admin = APIRouter(prefix="/v1/admin", tags=["governance-admin"])
 
     @admin.post("/tenants")
@@ -162,6 +168,8 @@ def governance_routers(
     async def create_tenant(request: Request) -> Response:
         p = await principal_of(request, admin=True)
         spec = await _body(request, _TenantIn)
+        if not p.is_operator:
+            raise _Refused(403, "creating tenants needs an operator key", "operator_required")
         fields = spec.model_dump(exclude={"id"})
         tenant = await asyncio.to_thread(directory.create_tenant, spec.id, actor=actor(p), **fields)
         return _json(tenant.model_dump(mode="json"), 201)
@@ -169,14 +177,16 @@ def governance_routers(
     @admin.get("/tenants")
     @_guarded
     async def list_tenants(request: Request) -> Response:
-        await principal_of(request, admin=True)
+        p = await principal_of(request, admin=True)
         tenants = await asyncio.to_thread(directory.list_tenants)
+        tenants = [t for t in tenants if p.may_administer(t.id)]
         return _json({"data": [t.model_dump(mode="json") for t in tenants]})
 
     @admin.patch("/tenants/{tenant_id}")
     @_guarded
     async def update_tenant(tenant_id: str, request: Request) -> Response:
         p = await principal_of(request, admin=True)
+        administer(p, tenant_id)
         spec = await _body(request, _TenantPatch)
         changes = spec.model_dump(exclude_unset=True)
         tenant = await asyncio.to_thread(
@@ -188,16 +198,21 @@ def governance_routers(
     @_guarded
     async def issue_key(tenant_id: str, request: Request) -> Response:
         p = await principal_of(request, admin=True)
+        administer(p, tenant_id)
         spec = await _body(request, _KeyIn)
+        if spec.role == Role.operator and not p.is_operator:
+            raise _Refused(403, "only an operator issues operator keys", "operator_required")
         issued = await asyncio.to_thread(
-            functools.partial(directory.issue_key, tenant_id, label=spec.label, is_admin=spec.is_admin, actor=actor(p))
+            functools.partial(
+                directory.issue_key, tenant_id, label=spec.label, is_admin=spec.is_admin, role=spec.role, actor=actor(p)
+            )
         )
         return _json(issued.model_dump(mode="json"), 201)
 
     @admin.get("/tenants/{tenant_id}/keys")
     @_guarded
     async def list_keys(tenant_id: str, request: Request) -> Response:
-        await principal_of(request, admin=True)
+        administer(await principal_of(request, admin=True), tenant_id)
         keys = await asyncio.to_thread(directory.list_keys, tenant_id)
         return _json({"data": [k.model_dump(mode="json") for k in keys]})
 
@@ -205,6 +220,7 @@ def governance_routers(
     @_guarded
     async def revoke_key(tenant_id: str, key_id: str, request: Request) -> Response:
         p = await principal_of(request, admin=True)
+        administer(p, tenant_id)
         info = await asyncio.to_thread(
             functools.partial(directory.revoke_key, key_id, actor=actor(p), tenant_id=tenant_id)
         )
@@ -215,8 +231,11 @@ def governance_routers(
     async def purge(request: Request) -> Response:
         p = await principal_of(request, admin=True)
         spec = await _body(request, _PurgeIn)
+        # An admin's purge is confined to its tenant (also a purge by end user or trajectory).
+        tenant_id = spec.tenant_id if p.is_operator else (spec.tenant_id or p.tenant_id)
+        administer(p, tenant_id)
         req = PurgeRequest(
-            tenant_id=spec.tenant_id, end_user=spec.end_user, trajectory_id=spec.trajectory_id or spec.session_id
+            tenant_id=tenant_id, end_user=spec.end_user, trajectory_id=spec.trajectory_id or spec.session_id
         )
         use = base_purger
         runtime = getattr(request.app.state, "proxy", None)
@@ -237,7 +256,9 @@ def governance_routers(
         since: datetime | None = None,
         limit: int = Query(200, ge=1, le=10_000),
     ) -> Response:
-        await principal_of(request, admin=True)
+        p = await principal_of(request, admin=True)
+        tenant_id = tenant_id if p.is_operator else (tenant_id or p.tenant_id)
+        administer(p, tenant_id)
         entries = await asyncio.to_thread(
             functools.partial(audit.query, tenant_id=tenant_id, action=action, since=since, limit=limit)
         )

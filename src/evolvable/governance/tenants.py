@@ -26,7 +26,7 @@ from evolvable.governance.audit import AuditAction, AuditLog
 from evolvable.governance.capture import strictest
 from evolvable.governance.schema import ensure_governance_schema
 from evolvable.protocol.models import CaptureMode, new_id, utcnow
-from evolvable.proxy.hooks import Principal
+from evolvable.proxy.hooks import Principal, Role
 from evolvable.store.tables.governance import api_keys, tenants
 
 KEY_PREFIX = "evk_"
@@ -57,6 +57,7 @@ class ApiKeyInfo(BaseModel):
     tenant_id: str
     label: str
     is_admin: bool
+    role: Role
     created_at: datetime
     revoked_at: datetime | None
 
@@ -69,6 +70,14 @@ class IssuedKey(BaseModel):
     key: str
     is_admin: bool
     label: str
+    role: Role = Role.tenant
+
+
+def role_of(is_admin: bool, role: str | None) -> Role:
+    """A stored key's role; keys issued before roles existed have none (admin flag decides)."""
+    if role:
+        return Role(role)
+    return Role.admin if is_admin else Role.tenant
 
 
 def hash_key(key: str) -> str:
@@ -110,6 +119,9 @@ class TenantDirectory:
         self.cache_ttl_s = cache_ttl_s
         self._admin_hash = hash_key(admin_key) if admin_key else None
         self._keys: dict[str, tuple[float, Principal | None]] = {}
+        self._active: dict[str, tuple[float, bool]] = {}
+        self._keys_exist: tuple[float, bool] = (0.0, False)
+        self.keys_exist_ttl_s = 1.0
         self._tenants: dict[str, tuple[float, Tenant]] = {}
         self._lock = threading.Lock()
 
@@ -244,8 +256,22 @@ class TenantDirectory:
 
     # ------------------------------------------------------------------ keys
 
-    def issue_key(self, tenant_id: str, *, label: str = "", is_admin: bool = False, actor: str = "cli") -> IssuedKey:
+    def issue_key(
+        self,
+        tenant_id: str,
+        *,
+        label: str = "",
+        is_admin: bool = False,
+        actor: str = "cli",
+        role: Role | str | None = None,
+    ) -> IssuedKey:
+        """A new key for the tenant. `role` (operator | admin | tenant) wins over `is_admin`; an operator
+        key administers every tenant, so only an operator (or the CLI) should issue one."""
         self.get_tenant(tenant_id)  # NotFound for an unknown tenant
+        resolved = Role(role) if role is not None else (Role.admin if is_admin else Role.tenant)
+        if resolved == Role.session:
+            raise GovernanceError("session keys are created by the proxy's /v1/sessions, not issued")
+        is_admin = resolved in (Role.admin, Role.operator)
         key_id = new_id("key")[:20]
         key = KEY_PREFIX + secrets.token_urlsafe(32)
         with self.engine.begin() as conn:
@@ -257,6 +283,7 @@ class TenantDirectory:
                     "key_hash": hash_key(key),
                     "label": label,
                     "is_admin": is_admin,
+                    "role": resolved.value,
                     "created_at": utcnow(),
                     "revoked_at": None,
                 },
@@ -266,10 +293,11 @@ class TenantDirectory:
                 actor=actor,
                 tenant_id=tenant_id,
                 target=f"key:{key_id}",
-                details={"label": label, "is_admin": is_admin},
+                details={"label": label, "is_admin": is_admin, "role": resolved.value},
                 conn=conn,
             )
-        return IssuedKey(key_id=key_id, tenant_id=tenant_id, key=key, is_admin=is_admin, label=label)
+        self._keys_exist = (float("inf"), True)
+        return IssuedKey(key_id=key_id, tenant_id=tenant_id, key=key, is_admin=is_admin, label=label, role=resolved)
 
     def revoke_key(self, key_id: str, *, actor: str = "cli", tenant_id: str | None = None) -> ApiKeyInfo:
         """Revoke a key (optionally only if it belongs to `tenant_id`); idempotent."""
@@ -287,6 +315,7 @@ class TenantDirectory:
                 )
         with self._lock:
             self._keys = {h: v for h, v in self._keys.items() if v[1] is None or v[1].key_id != key_id}
+            self._active[key_id] = (float("inf"), False)
         return self.list_keys(key_id=key_id)[0]
 
     def list_keys(self, tenant_id: str | None = None, *, key_id: str | None = None) -> list[ApiKeyInfo]:
@@ -303,6 +332,7 @@ class TenantDirectory:
                 tenant_id=r.tenant_id,
                 label=r.label,
                 is_admin=r.is_admin,
+                role=role_of(bool(r.is_admin), r.role),
                 created_at=aware(r.created_at),
                 revoked_at=aware(r.revoked_at),
             )
@@ -319,7 +349,7 @@ class TenantDirectory:
             bearer = bearer[7:].strip()
         digest = hash_key(bearer)
         if self._admin_hash is not None and hmac.compare_digest(digest, self._admin_hash):
-            return Principal(tenant_id=DEFAULT_TENANT, key_id=ENV_ADMIN_KEY_ID, is_admin=True)
+            return Principal(tenant_id=DEFAULT_TENANT, key_id=ENV_ADMIN_KEY_ID, role=Role.operator)
         if not bearer.startswith(KEY_PREFIX):
             return None
         now = time.monotonic()
@@ -328,12 +358,12 @@ class TenantDirectory:
             return cached[1]
         with self.engine.connect() as conn:
             row = conn.execute(
-                sa.select(api_keys.c.id, api_keys.c.tenant_id, api_keys.c.is_admin, api_keys.c.revoked_at).where(
-                    api_keys.c.key_hash == digest
-                )
+                sa.select(
+                    api_keys.c.id, api_keys.c.tenant_id, api_keys.c.is_admin, api_keys.c.role, api_keys.c.revoked_at
+                ).where(api_keys.c.key_hash == digest)
             ).first()
         principal = (
-            Principal(tenant_id=row.tenant_id, key_id=row.id, is_admin=bool(row.is_admin))
+            Principal(tenant_id=row.tenant_id, key_id=row.id, role=role_of(bool(row.is_admin), row.role))
             if row is not None and row.revoked_at is None
             else None
         )
@@ -344,10 +374,47 @@ class TenantDirectory:
             self._keys[digest] = (now + (self.cache_ttl_s if principal else min(self.cache_ttl_s, 2.0)), principal)
         return principal
 
+    def keys_exist(self) -> bool:
+        """Whether any API key exists (or EVOLVABLE_ADMIN_KEY is set): from then on every request needs a
+        key. Checked per request (cached for `keys_exist_ttl_s`; once true it stays true), so a proxy
+        started before the first key starts requiring keys as soon as one is issued anywhere."""
+        if self._admin_hash is not None:
+            return True
+        until, known = self._keys_exist
+        if known or until > time.monotonic():
+            return known
+        with self.engine.connect() as conn:
+            found = conn.execute(sa.select(api_keys.c.id).limit(1)).first() is not None
+        self._keys_exist = (time.monotonic() + self.keys_exist_ttl_s, found)
+        return found
+
+    def key_active_cached(self, key_id: str) -> bool | None:
+        """`key_active` from memory only; None when unknown (then ask `key_active`, which does I/O)."""
+        if key_id == ENV_ADMIN_KEY_ID:
+            return self._admin_hash is not None
+        cached = self._active.get(key_id)
+        return cached[1] if cached and cached[0] > time.monotonic() else None
+
+    def key_active(self, key_id: str) -> bool:
+        """Whether the key exists and is not revoked (session keys die with the key that minted them).
+        Cached for the TTL; a revocation in this process is seen at once."""
+        known = self.key_active_cached(key_id)
+        if known is not None:
+            return known
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(api_keys.c.revoked_at).where(api_keys.c.id == key_id)).first()
+        active = row is not None and row.revoked_at is None
+        with self._lock:
+            if len(self._active) >= 10_000:
+                self._active.clear()
+            self._active[key_id] = (time.monotonic() + self.cache_ttl_s, active)
+        return active
+
     def init_admin(self, tenant_id: str = DEFAULT_TENANT, *, actor: str = "cli") -> IssuedKey:
-        """First-run setup: the tenant (if missing) and an admin key for it."""
+        """First-run setup: the tenant (if missing) and an operator key in it (the deployment's first key
+        must be able to create the other tenants and their admins)."""
         try:
             self.get_tenant(tenant_id)
         except NotFound:
             self.create_tenant(tenant_id, actor=actor)
-        return self.issue_key(tenant_id, label="admin", is_admin=True, actor=actor)
+        return self.issue_key(tenant_id, label="operator", role=Role.operator, actor=actor)

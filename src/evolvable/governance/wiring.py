@@ -4,9 +4,10 @@
     app = create_app(config, store, governor=gov.governor, authenticator=gov.authenticator, routers=gov.routers)
     gov.install(app)      # audits trajectory reads; runs retention in the app's lifespan
 
-Keys are required when any API key exists or EVOLVABLE_ADMIN_KEY is set; otherwise (a fresh, local,
-single-tenant proxy) calls without a known key belong to the tenant `default`, as without governance,
-while admin routes still need an admin key.
+Keys are required when any API key exists or EVOLVABLE_ADMIN_KEY is set, decided per request (a proxy
+started before the first key requires keys once one exists); until then (a fresh, local, single-tenant
+proxy) calls without a known key belong to the tenant `default`, as without governance, while admin
+routes still need an admin key.
 
 `tokenizers` (model -> local tokenizer; default: the EVOLVABLE_TOKENIZERS setting) lets redacted calls keep
 their token ids, redacted too, for RL; whoever starts the model passes its tokenizer here.
@@ -20,8 +21,6 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-
 from evolvable.governance.api import AuditReadsMiddleware, governance_routers
 from evolvable.governance.audit import AuditAction
 from evolvable.governance.pipeline import Governor
@@ -30,7 +29,6 @@ from evolvable.governance.retention import RetentionJob, retention_loop
 from evolvable.governance.tenants import DEFAULT_TENANT, TenantDirectory
 from evolvable.proxy.hooks import Principal
 from evolvable.settings import get_settings
-from evolvable.store.tables.governance import api_keys
 
 if TYPE_CHECKING:
     from evolvable.governance.redaction.tokenizer_registry import TokenizerRegistry
@@ -51,6 +49,22 @@ class KeysOrDefaultTenant:
 
     def authenticate(self, bearer: str | None) -> Principal | None:
         return self.directory.authenticate(bearer) or self._default
+
+    def key_active(self, key_id: str) -> bool:
+        return self.directory.key_active(key_id)
+
+    def key_active_cached(self, key_id: str) -> bool | None:
+        return self.directory.key_active_cached(key_id)
+
+
+class KeysOnceAnyExist(KeysOrDefaultTenant):
+    """Open (the `default` tenant) only while no key exists; decided per request, so a proxy started
+    before the first key requires keys as soon as one is issued (by any process)."""
+
+    def authenticate(self, bearer: str | None) -> Principal | None:
+        if self.directory.keys_exist():
+            return self.directory.authenticate(bearer)
+        return super().authenticate(bearer)
 
 
 @dataclass
@@ -81,10 +95,13 @@ class Governance:
             if admin_key is not None
             else TenantDirectory.from_store(store)
         )
-        if require_keys is None:
-            with store.engine.connect() as conn:
-                any_key = conn.execute(sa.select(api_keys.c.id).limit(1)).first() is not None
-            require_keys = any_key or directory.has_admin_key
+        authenticator: Any = (
+            KeysOnceAnyExist(directory)
+            if require_keys is None
+            else directory
+            if require_keys
+            else KeysOrDefaultTenant(directory)
+        )
         return cls(
             store=store,
             directory=directory,
@@ -95,7 +112,7 @@ class Governance:
                 person_names=person_names,
                 tokenizers=tokenizers if tokenizers is not None else _configured_tokenizers(),
             ),
-            authenticator=directory if require_keys else KeysOrDefaultTenant(directory),
+            authenticator=authenticator,
             routers=governance_routers(store, directory, erasers=erasers),
             retention_interval_s=retention_interval_s,
             erasers=tuple(erasers),

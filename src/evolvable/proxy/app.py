@@ -24,7 +24,7 @@ from fastapi.responses import Response
 
 from evolvable.proxy.completions import CompletionsEndpoint
 from evolvable.proxy.config import ProxyConfig
-from evolvable.proxy.errors import APIError, error_body
+from evolvable.proxy.errors import APIError, error_body, error_response
 from evolvable.proxy.hooks import (
     Authenticator,
     Governor,
@@ -33,8 +33,9 @@ from evolvable.proxy.hooks import (
     Principal,
     RequestRewriter,
 )
+from evolvable.proxy.limits import BodyTooLarge, ClientGone, read_body, replay
 from evolvable.proxy.metrics import metrics_router, observe_capture, observed
-from evolvable.proxy.sessions import SessionManager
+from evolvable.proxy.sessions import Session, SessionManager
 from evolvable.proxy.spool import Spool
 from evolvable.proxy.upstream import UpstreamClient
 from evolvable.proxy.wire import WIRE_PATHS
@@ -74,6 +75,7 @@ class ProxyRuntime:
             fsync_interval_s=config.spool_fsync_interval_s,
             queue_size=config.spool_queue_size,
             segment_bytes=config.spool_segment_bytes,
+            max_segment_age_s=config.spool_max_segment_age_s,
         )
         self.writer_stats = WriterStats()
         self.writer = BackgroundWriter(
@@ -85,11 +87,14 @@ class ProxyRuntime:
             batch_size=config.writer_batch_size,
             idle_s=config.writer_idle_s,
         )
+        self.deadletter = self.writer.deadletter
         self.writer_runner = WriterRunner(self.writer, mode=config.writer_mode, nice=config.writer_nice)
         self.writer_metrics_path = config.spool_dir / "writer-metrics.prom" if config.writer_mode == "process" else None
         configure_writer_snapshot(self.writer_metrics_path)  # before the writer is forked
         self.upstream: UpstreamClient = None  # type: ignore[assignment]  # made in the lifespan (needs a loop)
         self.dropped_records = 0
+        self.calls_refused = 0
+        """Calls answered 503 before reaching the upstream because capture was failing (fail closed)."""
 
     async def authenticate(self, bearer: str | None) -> Principal | None:
         result = self.authenticator.authenticate(bearer)
@@ -97,14 +102,43 @@ class ProxyRuntime:
             result = await result
         return result
 
-    async def spool_record(self, record: dict[str, Any]) -> None:
-        """Queue a capture record; waits under back-pressure, drops (loudly) only after the timeout."""
+    async def minting_key_active(self, session: Session) -> bool:
+        """Whether the API key that created `session` is still valid (a session key dies with it).
+
+        Asks the authenticator's optional `key_active(key_id)` (cached there; `key_active_cached`
+        answers from memory without I/O when it can)."""
+        if session.minted_by is None:
+            return True
+        cached = getattr(self.authenticator, "key_active_cached", None)
+        known = cached(session.minted_by) if cached is not None else None
+        if known is not None:
+            return bool(known)
+        check = getattr(self.authenticator, "key_active", None)
+        return True if check is None else bool(await asyncio.to_thread(check, session.minted_by))
+
+    async def spool_record(self, record: dict[str, Any]) -> bool:
         observe_capture(record)
+        return await self.spool_record_bytes(orjson.dumps(record, default=str), record.get("id"))
+
+    async def spool_record_bytes(self, payload: bytes, record_id: Any = None) -> bool:
+        """Spool a capture record; True once it is safe (in the segment file, or queued when
+        `reply_after_spooled` is off). Waits under back-pressure; a record that cannot be spooled is
+        counted in `records_dropped` and logged, and the caller answers by `capture_on_failure`."""
+        timeout = self.config.backpressure_timeout_s
         try:
-            await self.spool.append(orjson.dumps(record, default=str), self.config.backpressure_timeout_s)
+            if self.config.reply_after_spooled:
+                return await self.spool.append_durable(payload, timeout)
+            await self.spool.append(payload, timeout)
+            return True
         except Exception:
             self.dropped_records += 1
-            log.exception("capture record %s dropped", record.get("id"))
+            log.exception("capture record %s dropped", record_id)
+            return False
+
+    @property
+    def fails_closed(self) -> bool:
+        """Whether a call whose capture failed is answered 503 (else it is answered, and counted)."""
+        return self.config.capture_on_failure == "closed"
 
     async def flush(self, timeout_s: float | None = None) -> bool:
         """Wait until every record queued so far is in the store (read-your-writes for the API)."""
@@ -122,18 +156,33 @@ class ProxyRuntime:
 
         Records are dicts with `t` (session|call|step|signal|end), `traj` (trajectory id), `tenant`,
         `end_user`; see `records_for` for a ready-made predicate. Returns how many were removed."""
-        return self.spool.purge(lambda payload: predicate(orjson.loads(payload)))
 
-    def status(self) -> dict[str, Any]:
+        def matches(payload: bytes) -> bool:
+            try:
+                return predicate(orjson.loads(payload))
+            except orjson.JSONDecodeError:
+                return False
+
+        return self.spool.purge(matches) + self.deadletter.purge(matches)
+
+    def status(self, viewer: Principal | None = None) -> dict[str, Any]:
+        """Capture health. The writer's last error is shown in full to operators and to the tenant whose
+        record it concerns; others see only its kind."""
+        operator = viewer is None or viewer.is_operator or self.authenticator_is_open
         return {
             "spool_end": list(self.spool.end),
             "spool_checkpoint": list(self.spool.reader.load_checkpoint()),
             "spool_last_error": self.spool.last_error,
-            "records_dropped": self.dropped_records,
+            "records_dropped": self.dropped_records + self.spool.dropped,
+            "spool_failing": self.spool.failing,
+            "calls_refused": self.calls_refused,
+            "capture_on_failure": self.config.capture_on_failure,
             "writer_mode": self.config.writer_mode,
             "writer_alive": self.writer_runner.alive,
+            "writer_restarts": self.writer_runner.restarts,
             "sessions_cached": len(self.sessions),
-            **self.writer_stats.as_dict(),
+            "dead_letters": self.deadletter.count(),
+            **self.writer_stats.as_dict(viewer.tenant_id if viewer else None, operator=operator),
         }
 
     async def start(self) -> None:
@@ -178,6 +227,8 @@ def records_for(
     return matches
 
 
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
 _HOT_PATHS = {
     "/v1/chat/completions": "chat",
     "/chat/completions": "chat",
@@ -206,6 +257,16 @@ class ProxyApp(FastAPI):
         if wire is not None:
             return await self.wire(scope, receive, send, wire)
         started = time.perf_counter()
+        if scope["method"] in _BODY_METHODS:
+            try:
+                body = await read_body(scope, receive, self.hot_path.rt.config.max_body_bytes)
+            except BodyTooLarge as err:
+                return await error_response(413, str(err), "invalid_request_error", "body_too_large")(
+                    scope, receive, send
+                )
+            except ClientGone:
+                return None
+            receive = replay(body, receive)
 
         async def send_with_overhead(message: Any) -> None:
             if message["type"] == "http.response.start":
@@ -226,6 +287,7 @@ def create_app(
     routers: Sequence[APIRouter] = (),
 ) -> FastAPI:
     """The proxy as an ASGI app. The caller owns `store` (the app does not close it)."""
+    from evolvable.proxy.deadletter_routes import router as deadletter_router
     from evolvable.proxy.routes import router as proxy_router
 
     runtime = ProxyRuntime(config, store, governor, authenticator, rewriter)
@@ -250,6 +312,7 @@ def create_app(
     for protocol_router in _protocol_routers():
         app.include_router(protocol_router)
     app.include_router(metrics_router())
+    app.include_router(deadletter_router)
     for extra in routers:
         app.include_router(extra)
 

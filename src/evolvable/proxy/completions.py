@@ -23,7 +23,8 @@ from evolvable.errors import UpstreamError
 from evolvable.protocol.models import HandoffStep
 from evolvable.proxy.capture import SSEStripper, has_token_fields, llm_step_id, strip_token_fields
 from evolvable.proxy.errors import error_body
-from evolvable.proxy.hooks import Principal, SessionContext
+from evolvable.proxy.hooks import Principal, Role, SessionContext
+from evolvable.proxy.limits import BodyTooLarge, ClientGone, InvalidInput, check_completion_body, read_body
 from evolvable.proxy.metrics import UPSTREAM_SCOPE_KEY
 from evolvable.proxy.sessions import KEY_PREFIX, Session
 
@@ -35,6 +36,8 @@ log = logging.getLogger("evolvable.proxy")
 
 Scope = dict[str, Any]
 _JSON = b"application/json"
+_CAPTURE_UNAVAILABLE_TEXT = "the call could not be recorded (capture storage unavailable); it was not answered"
+_CAPTURE_UNAVAILABLE = error_body(_CAPTURE_UNAVAILABLE_TEXT, "server_error", "capture_unavailable")
 
 
 _ID_PREFIX = os.urandom(8).hex()
@@ -89,39 +92,12 @@ class CompletionsEndpoint:
     # ------------------------------------------------------------------ request parsing and auth
 
     async def _read_body(self, scope: Scope, receive: Any, limit: int) -> bytes:
-        declared = None
-        for name, value in scope["headers"]:
-            if name == b"content-length":
-                declared = int(value) if value.isdigit() else None
-                break
-        if declared is not None and declared > limit:
-            raise RequestRejected(
-                413,
-                f"request body of {declared} bytes exceeds the limit of {limit}",
-                "invalid_request_error",
-                "body_too_large",
-            )
-        message = await receive()
-        body = message.get("body", b"")
-        if not message.get("more_body"):
-            if len(body) > limit:
-                raise RequestRejected(
-                    413, f"request body exceeds the limit of {limit} bytes", "invalid_request_error", "body_too_large"
-                )
-            return body
-        parts, size = [body], len(body)
-        while message.get("more_body"):
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise RequestRejected(400, "client disconnected while sending the body", "invalid_request_error")
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                raise RequestRejected(
-                    413, f"request body exceeds the limit of {limit} bytes", "invalid_request_error", "body_too_large"
-                )
-            parts.append(chunk)
-        return b"".join(parts)
+        try:
+            return await read_body(scope, receive, limit)
+        except BodyTooLarge as err:
+            raise RequestRejected(413, str(err), "invalid_request_error", "body_too_large") from None
+        except ClientGone:
+            raise RequestRejected(400, "client disconnected while sending the body", "invalid_request_error") from None
 
     async def _identify(self, headers: dict[bytes, bytes]) -> tuple[Principal, Session | None, str | None]:
         """The caller, its session (if any), and a bearer to forward upstream (only a non-Evolvable one)."""
@@ -134,7 +110,14 @@ class CompletionsEndpoint:
                 session = await asyncio.to_thread(rt.sessions.load_by_key, bearer)
             if session is None:
                 raise RequestRejected(401, "invalid session API key", "invalid_request_error", "invalid_api_key")
-            return Principal(tenant_id=session.tenant_id), session, None
+            if not session.running or not await rt.minting_key_active(session):
+                raise RequestRejected(
+                    401,
+                    "this session key is no longer valid (session ended or key revoked)",
+                    "invalid_request_error",
+                    "session_key_expired",
+                )
+            return Principal(tenant_id=session.tenant_id, role=Role.session, session_id=session.id), session, None
         principal = await rt.authenticate(bearer)
         if principal is None:
             raise RequestRejected(401, "invalid API key", "invalid_request_error", "invalid_api_key")
@@ -174,8 +157,18 @@ class CompletionsEndpoint:
                 )
         elif "prompt" not in body:
             raise RequestRejected(400, "'prompt' is required", "invalid_request_error", "missing_prompt")
+        try:
+            check_completion_body(body, endpoint)
+        except InvalidInput as err:
+            raise RequestRejected(400, str(err), "invalid_request_error", "invalid_field") from None
         headers = dict(scope["headers"])
         principal, session, forward_bearer = await self._identify(headers)
+        if rt.fails_closed and not rt.spool.may_try_write():
+            # Capture is failing (disk full, read-only): refuse before paying the upstream for a call
+            # that would be refused after it. One call every `probe_interval_s` still goes through to
+            # find out when writing works again.
+            rt.calls_refused += 1
+            raise RequestRejected(503, _CAPTURE_UNAVAILABLE_TEXT, "server_error", "capture_unavailable")
 
         request_id = new_request_id()
         if session is not None:
@@ -323,14 +316,15 @@ class CompletionsEndpoint:
                 payload = _error_payload(err.args[0].encode(), 400)
             else:
                 payload = error_body(str(err), "upstream_error", err.error_type)
-            overhead = _ms((t_end - t_start) - (t_end - t_up))
-            await _send_bytes(
-                send, status, payload, [(b"x-evolvable-overhead-ms", str(overhead).encode()), *ids_header]
-            )
             record.update(
                 lat=_ms(t_end - t_up), err={"type": err.error_type, "message": str(err)[:2000], "status": status}
             )
-            await rt.spool_record(record)
+            if not await rt.spool_record(record) and rt.fails_closed:
+                status, payload = 503, _CAPTURE_UNAVAILABLE
+            overhead = _ms((time.perf_counter() - t_start) - (t_end - t_up))
+            await _send_bytes(
+                send, status, payload, [(b"x-evolvable-overhead-ms", str(overhead).encode()), *ids_header]
+            )
             return
 
         if stream and resp.status == 200 and resp.content_type == "text/event-stream":
@@ -355,9 +349,10 @@ class CompletionsEndpoint:
         injected: bool,
         native: WireCall | None = None,
     ) -> None:
+        cap = self.rt.config.max_upstream_reply_bytes
         try:
-            raw = await resp.read()
-        except (aiohttp.ClientError, TimeoutError) as err:
+            raw = await read_capped(resp, cap)
+        except (aiohttp.ClientError, TimeoutError, ReplyTooLarge) as err:
             raw, read_error = b"", err
         else:
             read_error = None
@@ -366,7 +361,11 @@ class CompletionsEndpoint:
         t_up_done = time.perf_counter()
         status = resp.status
         out = raw
-        if read_error is not None:
+        if isinstance(read_error, ReplyTooLarge):
+            status = 502
+            out = error_body(str(read_error), "upstream_error", "upstream_reply_too_large")
+            record["err"] = {"type": "upstream_reply_too_large", "message": str(read_error), "status": status}
+        elif read_error is not None:
             status = 504 if isinstance(read_error, TimeoutError) else 502
             etype = "upstream_timeout" if status == 504 else "upstream_error"
             out = error_body(f"upstream failed while sending its reply: {read_error!r}", "upstream_error", etype)
@@ -399,11 +398,12 @@ class CompletionsEndpoint:
                 "message": raw[:2000].decode("utf-8", "replace"),
                 "status": status,
             }
+        record["lat"] = _ms(t_up_done - t_up)
+        if not await self.rt.spool_record(record) and self.rt.fails_closed:
+            status, out = 503, _CAPTURE_UNAVAILABLE
         t_end = time.perf_counter()
         overhead = _ms((t_end - t_start) - (t_up_done - t_up))
         await _send_bytes(send, status, out, [(b"x-evolvable-overhead-ms", str(overhead).encode()), *ids_header])
-        record["lat"] = _ms(t_up_done - t_up)
-        await self.rt.spool_record(record)
 
     async def _stream(
         self,
@@ -445,10 +445,14 @@ class CompletionsEndpoint:
         stripper = SSEStripper(keep_ids, keep_lps) if injected and not (keep_ids and keep_lps) else None
         chunks: list[bytes] = []
         ttft: float | None = None
+        cap, received = self.rt.config.max_upstream_reply_bytes, 0
         try:
             async for chunk in resp.content.iter_any():
                 if ttft is None:
                     ttft = time.perf_counter()
+                received += len(chunk)
+                if received > cap:
+                    raise ReplyTooLarge(cap)
                 chunks.append(chunk)
                 out = stripper.feed(chunk) if stripper is not None else chunk
                 if disconnected.is_set():
@@ -464,8 +468,14 @@ class CompletionsEndpoint:
                 rest = stripper.flush()
                 if rest:
                     await send({"type": "http.response.body", "body": rest, "more_body": True})
-        except (aiohttp.ClientError, TimeoutError) as err:
-            etype = "upstream_timeout" if isinstance(err, TimeoutError) else "upstream_stream_error"
+        except (aiohttp.ClientError, TimeoutError, ReplyTooLarge) as err:
+            etype = (
+                "upstream_timeout"
+                if isinstance(err, TimeoutError)
+                else "upstream_reply_too_large"
+                if isinstance(err, ReplyTooLarge)
+                else "upstream_stream_error"
+            )
             record["err"] = {"type": etype, "message": repr(err), "status": 502}
             await send(
                 {
@@ -480,14 +490,40 @@ class CompletionsEndpoint:
             resp.release()
             watcher.cancel()
         t_done = time.perf_counter()
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
         if disconnected.is_set() and "err" not in record and ttft is None:
             record["err"] = {"type": "client_disconnected", "message": "client disconnected mid-stream", "status": 499}
         record["sse"] = b"".join(chunks).decode("utf-8", "replace")
         record["lat"] = _ms(t_done - t_up)
         if ttft is not None:
             record["ttft"] = _ms(ttft - t_up)
-        await self.rt.spool_record(record)
+        # The stream ends only once the call is captured: a client that saw the end saw a captured call.
+        if not await self.rt.spool_record(record) and self.rt.fails_closed:
+            await send(
+                {"type": "http.response.body", "body": b"data: " + _CAPTURE_UNAVAILABLE + b"\n\n", "more_body": True}
+            )
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+class ReplyTooLarge(Exception):
+    """The upstream's reply passed `max_upstream_reply_bytes`: it is not read further."""
+
+    def __init__(self, cap: int) -> None:
+        super().__init__(f"upstream reply exceeds the limit of {cap} bytes")
+
+
+async def read_capped(resp: aiohttp.ClientResponse, cap: int) -> bytes:
+    """The reply body, abandoned once it passes `cap` bytes (a huge reply must not stall every tenant)."""
+    declared = resp.content_length
+    if declared is not None and declared > cap:
+        raise ReplyTooLarge(cap)
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in resp.content.iter_any():
+        size += len(chunk)
+        if size > cap:
+            raise ReplyTooLarge(cap)
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 def _error_payload(raw: bytes, status: int) -> bytes:

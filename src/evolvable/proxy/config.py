@@ -77,6 +77,15 @@ class ProxyConfig:
     spool_fsync_interval_s: float = 0.05
     spool_queue_size: int = 4096
     spool_segment_bytes: int = 16 * 1024 * 1024
+    spool_max_segment_age_s: float = 5.0
+    """A segment closes at this age too, so raw (unredacted) records leave the disk within about this
+    time plus the writer's lag, also under steady traffic."""
+    reply_after_spooled: bool = True
+    """Answer a call only once its capture record is in the spool file (survives kill -9 of the proxy):
+    every answered call is captured. Off: answer first, spool after (a kill can lose the last records)."""
+    capture_on_failure: str = "closed"
+    """When a record cannot be spooled (disk full, read-only, I/O error): `closed` answers 503
+    `capture_unavailable`; `open` answers the call anyway. Both count the record in `records_dropped`."""
     backpressure_timeout_s: float = 30.0
     writer_mode: str = "process"
     """`process`: the background writer runs in a forked, lower-priority process (default; capture work
@@ -85,12 +94,18 @@ class ProxyConfig:
     writer_batch_size: int = 256
     writer_idle_s: float = 0.05
     max_body_bytes: int = 16 * 1024 * 1024
+    """Largest request body accepted on any endpoint (413 past it, refused while reading)."""
+    max_upstream_reply_bytes: int = 64 * 1024 * 1024
+    """Largest upstream reply read (502 `upstream_reply_too_large` past it, recorded as an error step)."""
     read_your_writes_timeout_s: float = 5.0
     otlp_export_url: str | None = None
     """Send trajectories to this OTLP/HTTP endpoint as they end (`evolvable serve`; docs/proxy.md, OTLP out)."""
     otlp_export_interval_s: float = 30.0
     otlp_export_settle_s: float = 10.0
     """A run is sent once it ended this long ago (the writer has stored it by then)."""
+    request_read_timeout_s: float = 30.0
+    """A client must send a request's headers and body within this time, else the connection is closed
+    (408): slow clients cannot hold connections open forever (`evolvable serve`)."""
 
     def upstream(self, name: str | None) -> UpstreamConfig:
         wanted = name or self.default_upstream or (self.upstreams[0].name if self.upstreams else None)
@@ -116,10 +131,14 @@ class ProxyConfig:
             raise ConfigError(f"default_upstream {self.default_upstream!r} is not a configured upstream")
         if self.spool_fsync not in ("batch", "interval", "none"):
             raise ConfigError(f"spool_fsync must be batch, interval or none, not {self.spool_fsync!r}")
+        if self.capture_on_failure not in ("closed", "open"):
+            raise ConfigError(f"capture_on_failure must be closed or open, not {self.capture_on_failure!r}")
+        if self.spool_max_segment_age_s <= 0:
+            raise ConfigError("spool_max_segment_age_s must be positive")
         if self.writer_mode not in ("process", "thread"):
             raise ConfigError(f"writer_mode must be process or thread, not {self.writer_mode!r}")
-        if self.max_body_bytes <= 0 or self.spool_queue_size <= 0:
-            raise ConfigError("max_body_bytes and spool_queue_size must be positive")
+        if min(self.max_body_bytes, self.spool_queue_size, self.max_upstream_reply_bytes) <= 0:
+            raise ConfigError("max_body_bytes, max_upstream_reply_bytes and spool_queue_size must be positive")
         return self
 
     @classmethod
@@ -136,16 +155,21 @@ _SCALAR_KEYS = {
     "spool_fsync_interval_s": float,
     "spool_queue_size": int,
     "spool_segment_bytes": int,
+    "spool_max_segment_age_s": float,
+    "reply_after_spooled": bool,
+    "capture_on_failure": str,
     "backpressure_timeout_s": float,
     "writer_mode": str,
     "writer_nice": int,
     "writer_batch_size": int,
     "writer_idle_s": float,
     "max_body_bytes": int,
+    "max_upstream_reply_bytes": int,
     "read_your_writes_timeout_s": float,
     "otlp_export_url": str,
     "otlp_export_interval_s": float,
     "otlp_export_settle_s": float,
+    "request_read_timeout_s": float,
 }
 
 

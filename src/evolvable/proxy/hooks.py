@@ -12,18 +12,53 @@ from __future__ import annotations
 
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 from evolvable.protocol.models import Event
 
 
+class Role(StrEnum):
+    """What a caller may do. Each role includes the ones below it, within its scope."""
+
+    operator = "operator"
+    """Runs the deployment: administers every tenant (EVOLVABLE_ADMIN_KEY, or an operator key)."""
+    admin = "admin"
+    """Administers its own tenant only: its keys, policy, purges, audit, dead letters."""
+    tenant = "tenant"
+    """An ordinary API key: calls, sessions and reads in its tenant."""
+    session = "session"
+    """A session key: one run, until it ends or the key that created it is revoked."""
+
+
 @dataclass(frozen=True)
 class Principal:
-    """An authenticated caller. Every read and write is scoped to its tenant."""
+    """An authenticated caller, resolved per request. Every read and write is scoped to its tenant.
+
+    `role` decides what it may administer (`may_administer`); `is_admin` is kept in step with it
+    (True for admin and operator) for callers written before roles existed."""
 
     tenant_id: str = "default"
     key_id: str | None = None
     is_admin: bool = False
+    role: Role = Role.tenant
+    session_id: str | None = None
+    """The session a session key belongs to (role `session` only)."""
+
+    def __post_init__(self) -> None:
+        if self.is_admin and self.role in (Role.tenant, Role.session):
+            object.__setattr__(self, "role", Role.admin)
+        object.__setattr__(self, "is_admin", self.role in (Role.admin, Role.operator))
+
+    @property
+    def is_operator(self) -> bool:
+        return self.role == Role.operator
+
+    def may_administer(self, tenant_id: str | None) -> bool:
+        """An operator administers every tenant (and cross-tenant scopes, `None`); an admin only its own."""
+        if self.role == Role.operator:
+            return True
+        return self.role == Role.admin and tenant_id == self.tenant_id
 
 
 @runtime_checkable

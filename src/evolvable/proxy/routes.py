@@ -28,7 +28,8 @@ from evolvable.protocol.models import (
 from evolvable.proxy.app import ProxyRuntime
 from evolvable.proxy.capture import tool_step_id
 from evolvable.proxy.errors import APIError
-from evolvable.proxy.hooks import Principal, SessionContext
+from evolvable.proxy.hooks import Principal, Role, SessionContext
+from evolvable.proxy.limits import InvalidInput, check_depth, check_storable
 from evolvable.proxy.sessions import KEY_PREFIX, Session, new_session_id
 from evolvable.store import InvalidCursor, TrajectoryFilter
 from evolvable.telemetry import metrics
@@ -45,8 +46,11 @@ def _rt(request: Request) -> ProxyRuntime:
     return request.app.state.proxy
 
 
-async def _caller(request: Request) -> tuple[Principal, Session | None]:
-    """The caller's principal, and its session when it authenticated with a session key."""
+async def _caller(request: Request, *, allow_ended: bool = False) -> tuple[Principal, Session | None]:
+    """The caller's principal, and its session when it authenticated with a session key.
+
+    A session key dies when its session ends or the key that created it is revoked; `allow_ended`
+    lets an ended session's own key reach `end` (which answers a status change with 409)."""
     auth = request.headers.get("authorization", "")
     bearer = auth[7:].strip() if auth[:7].lower() == "bearer " else None
     rt = _rt(request)
@@ -54,7 +58,14 @@ async def _caller(request: Request) -> tuple[Principal, Session | None]:
         session = rt.sessions.cached_by_key(bearer) or await asyncio.to_thread(rt.sessions.load_by_key, bearer)
         if session is None:
             raise APIError(401, "invalid session API key", "invalid_request_error", "invalid_api_key")
-        return Principal(tenant_id=session.tenant_id), session
+        if not await rt.minting_key_active(session) or (not session.running and not allow_ended):
+            raise APIError(
+                401,
+                "this session key is no longer valid (session ended or key revoked)",
+                "invalid_request_error",
+                "session_key_expired",
+            )
+        return Principal(tenant_id=session.tenant_id, role=Role.session, session_id=session.id), session
     principal = await rt.authenticate(bearer)
     if principal is None:
         raise APIError(401, "invalid API key", "invalid_request_error", "invalid_api_key")
@@ -65,16 +76,16 @@ async def _principal(request: Request) -> Principal:
     return (await _caller(request))[0]
 
 
-async def _session(request: Request, session_id: str) -> Session:
+async def _session(request: Request, session_id: str, *, allow_ended: bool = False) -> Session:
     """The session, if the caller may use it: its own key, or a principal of its tenant."""
     rt = _rt(request)
-    principal = await _principal(request)
-    session = rt.sessions.cached_by_id(session_id) or await asyncio.to_thread(rt.sessions.load_by_id, session_id)
-    if session is None or session.tenant_id != principal.tenant_id:
+    principal, own = await _caller(request, allow_ended=allow_ended)
+    if own is not None and own.id != session_id:
         raise APIError(404, f"session {session_id} not found", "invalid_request_error", "session_not_found")
-    auth = request.headers.get("authorization", "")
-    bearer = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
-    if bearer.startswith(KEY_PREFIX) and rt.sessions.cached_by_key(bearer) not in (None, session):
+    session = own or rt.sessions.cached_by_id(session_id)
+    if session is None:
+        session = await asyncio.to_thread(rt.sessions.load_by_id, session_id)
+    if session is None or session.tenant_id != principal.tenant_id:
         raise APIError(404, f"session {session_id} not found", "invalid_request_error", "session_not_found")
     return session
 
@@ -83,8 +94,8 @@ class SessionCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
     agent: str = Field("default", min_length=1, max_length=200)
     task_input: Any = None
-    task_id: str | None = None
-    end_user: str | None = None
+    task_id: str | None = Field(None, max_length=1000)
+    end_user: str | None = Field(None, max_length=1000)
     metadata: dict[str, Any] = Field(default_factory=dict)
     model: str | None = Field(
         None, description="The model alias the session will call (helps the rewriter pin a policy)."
@@ -94,14 +105,14 @@ class SessionCreate(BaseModel):
 class SessionEnd(BaseModel):
     model_config = ConfigDict(extra="forbid")
     status: TrajectoryStatus = TrajectoryStatus.completed
-    outcome: float | None = None
+    outcome: float | None = Field(None, allow_inf_nan=False)
     reason: str | None = Field(None, max_length=500, description="Why the run ended; kept as metadata.end_reason.")
 
 
 class SignalIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     kind: SignalKind
-    value: float
+    value: float = Field(allow_inf_nan=False)
     step_id: str | None = None
     tool_call_id: str | None = None
     response_id: str | None = None
@@ -125,9 +136,22 @@ async def _parse(request: Request, model: type[BaseModel]) -> Any:
     except orjson.JSONDecodeError as err:
         raise APIError(400, f"request body is not valid JSON: {err}", "invalid_request_error", "invalid_json") from None
     try:
-        return model.model_validate(data)
+        check_depth(data)
+        parsed = model.model_validate(data)
+        check_storable(parsed)
     except ValidationError as err:
         raise APIError(400, f"invalid request: {_reasons(err)}", "invalid_request_error") from None
+    except InvalidInput as err:
+        raise APIError(400, f"invalid request: {err}", "invalid_request_error") from None
+    return parsed
+
+
+async def _capture(rt: ProxyRuntime, record: dict[str, Any]) -> None:
+    """Spool a record written through the API; 503 when it cannot be (and capture fails closed)."""
+    if not await rt.spool_record(record) and rt.fails_closed:
+        raise APIError(
+            503, "the write could not be recorded (capture storage unavailable)", "server_error", "capture_unavailable"
+        )
 
 
 def _reasons(err: ValidationError) -> str:
@@ -173,10 +197,12 @@ async def create_session(request: Request) -> Response:
             harness_version=harness_version,
             policy_version=policy_version,
             session_id=session_id,
+            minted_by=principal.key_id,
         )
     except EvolvableError as err:
         raise APIError(503, f"cannot create the session: {err}", "server_error") from None
-    await rt.spool_record(
+    await _capture(
+        rt,
         {
             "t": "session",
             "id": session.id,
@@ -185,12 +211,12 @@ async def create_session(request: Request) -> Response:
             "agent": session.agent,
             "end_user": session.end_user,
             "task_id": session.task_id,
-            "task_input": session.task_input,
-            "metadata": session.metadata,
+            "task_input": spec.task_input,
+            "metadata": spec.metadata,
             "hv": harness_version,
             "pv": policy_version,
             "at": session.created_at.timestamp(),
-        }
+        },
     )
     metrics.SESSIONS_STARTED.inc()
     return _json(
@@ -215,6 +241,10 @@ async def add_steps(session_id: str, request: Request) -> Response:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as err:
         raise APIError(400, f"request body is not valid JSON: {err}", "invalid_request_error", "invalid_json") from None
+    try:
+        check_depth(data)
+    except InvalidInput as err:
+        raise APIError(400, f"invalid step: {err}", "invalid_request_error") from None
     items = data.get("steps") if isinstance(data, dict) and "steps" in data else [data]
     if not isinstance(items, list) or not items:
         raise APIError(400, "expected a step object or {'steps': [...]}", "invalid_request_error")
@@ -223,14 +253,19 @@ async def add_steps(session_id: str, request: Request) -> Response:
         if isinstance(item, dict) and item.get("kind") == "tool_call" and item.get("tool_call_id") and "id" not in item:
             item = {**item, "id": tool_step_id(session.id, item["tool_call_id"])}  # dedupes with the implicit record
         try:
-            steps.append(_STEP.validate_python(item))
+            step = _STEP.validate_python(item)
+            check_storable(step, "step")
         except ValidationError as err:
             raise APIError(400, f"invalid step: {_reasons(err)}", "invalid_request_error") from None
+        except InvalidInput as err:
+            raise APIError(400, f"invalid step: {err}", "invalid_request_error") from None
+        steps.append(step)
     for step in steps:
         step.agent = step.agent or session.agent
     now = time.time()
     for step in steps:
-        await rt.spool_record(
+        await _capture(
+            rt,
             {
                 "t": "step",
                 "id": step.id,
@@ -239,7 +274,7 @@ async def add_steps(session_id: str, request: Request) -> Response:
                 "end_user": session.end_user,
                 "step": step.model_dump(mode="json"),
                 "at": now,
-            }
+            },
         )
     rt.sessions.touch(session)
     return _json({"step_ids": [s.id for s in steps]}, 201)
@@ -280,7 +315,8 @@ async def add_signals(session_id: str, request: Request) -> Response:
         }
         records.append(signal)
     for signal in records:
-        await rt.spool_record(
+        await _capture(
+            rt,
             {
                 "t": "signal",
                 "id": signal["id"],
@@ -288,17 +324,18 @@ async def add_signals(session_id: str, request: Request) -> Response:
                 "tenant": session.tenant_id,
                 "end_user": session.end_user,
                 "signal": signal,
-            }
+            },
         )
     return _json({"signal_ids": [s["id"] for s in records]}, 201)
 
 
 async def end_session(
     rt: ProxyRuntime, session: Session, status: str, outcome: float | None, reason: str | None = None
-) -> None:
-    rt.sessions.end(session, status)
+) -> bool:
+    """End a session (its key stops working at once) and spool the end record; False if not spooled."""
+    await asyncio.to_thread(rt.sessions.end, session, status)
     metrics.SESSIONS_ENDED.labels(status).inc()
-    await rt.spool_record(
+    return await rt.spool_record(
         {
             "t": "end",
             "id": new_id("end"),
@@ -317,11 +354,20 @@ async def end_session(
 @router.post("/v1/sessions/{session_id}/end")
 async def end(session_id: str, request: Request) -> Response:
     rt = _rt(request)
-    session = await _session(request, session_id)
+    session = await _session(request, session_id, allow_ended=True)
     spec: SessionEnd = await _parse(request, SessionEnd)
     if spec.status == TrajectoryStatus.running:
         raise APIError(400, "status must be completed, failed or abandoned", "invalid_request_error")
-    await end_session(rt, session, spec.status.value, spec.outcome, reason=spec.reason)
+    if not session.running:
+        if session.status == spec.status.value:
+            return _json({"id": session.id, "status": session.status})  # the same end again: idempotent
+        raise APIError(
+            409, f"session {session.id} already ended as {session.status}", "invalid_request_error", "session_ended"
+        )
+    if not await end_session(rt, session, spec.status.value, spec.outcome, reason=spec.reason) and rt.fails_closed:
+        raise APIError(
+            503, "the end could not be recorded (capture storage unavailable)", "server_error", "capture_unavailable"
+        )
     return _json({"id": session.id, "status": spec.status.value})
 
 
@@ -398,5 +444,4 @@ async def models(request: Request) -> Response:
 async def status(request: Request) -> Response:
     """Capture health: spool position, writer progress, dropped records."""
     rt = _rt(request)
-    await _principal(request)
-    return _json(rt.status())
+    return _json(rt.status(await _principal(request)))

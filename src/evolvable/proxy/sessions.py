@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import orjson
 import sqlalchemy as sa
 
 from evolvable.protocol.models import TrajectoryStatus, new_id, utcnow
@@ -23,6 +24,29 @@ from evolvable.store.tables.proxy import proxy_sessions
 
 KEY_PREFIX = "evs_"
 """Session keys start with it, so a bearer token is recognized as one without a lookup."""
+
+
+MAX_CACHED_TASK_TEXT = 4096
+"""A session keeps its task input in memory (for the rewriter) only as text up to this many characters:
+thousands of cached sessions must not pin megabytes each until their idle timeout."""
+
+
+def cacheable_task_input(task_input: Any) -> str | None:
+    """What the cache keeps of a task input: short text only (the full input goes to the spool)."""
+    return task_input if isinstance(task_input, str) and len(task_input) <= MAX_CACHED_TASK_TEXT else None
+
+
+MAX_CACHED_METADATA_BYTES = 16 * 1024
+
+
+def cacheable_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
+    """What the cache keeps of session metadata: all of it when small, else its short scalar entries
+    (e.g. `cluster`, which the rewriter reads); the full metadata goes to the spool."""
+    if len(orjson.dumps(metadata, default=str)) <= MAX_CACHED_METADATA_BYTES:
+        return metadata
+    return {
+        k: v for k, v in metadata.items() if isinstance(v, int | float | bool) or (isinstance(v, str) and len(v) <= 256)
+    }
 
 
 def hash_key(key: str) -> str:
@@ -53,6 +77,8 @@ class Session:
     versions_recorded: bool = False
     last_agent: str | None = None
     """The agent of the session's latest call (sub-agents name themselves per call); handoffs are recorded."""
+    minted_by: str | None = None
+    """The API key id that created the session: its session key dies when that key is revoked."""
 
     @property
     def running(self) -> bool:
@@ -93,6 +119,7 @@ class SessionManager:
         harness_version: str | None = None,
         policy_version: str | None = None,
         session_id: str | None = None,
+        minted_by: str | None = None,
     ) -> tuple[Session, str]:
         """A new session and its API key (returned once, stored hashed). `session_id`: one drawn by the
         caller with `new_session_id()` (to pin versions by it before the session exists)."""
@@ -103,12 +130,13 @@ class SessionManager:
             agent=agent,
             key_hash=hash_key(key),
             task_id=task_id,
-            task_input=task_input,
+            task_input=cacheable_task_input(task_input),
             end_user=end_user,
-            metadata=metadata,
+            metadata=cacheable_metadata(metadata),
             harness_version=harness_version,
             policy_version=policy_version,
             versions_recorded=harness_version is not None or policy_version is not None,
+            minted_by=minted_by,
         )
         with self.store.engine.begin() as conn:
             conn.execute(
@@ -123,6 +151,7 @@ class SessionManager:
                     policy_version=policy_version,
                     status=session.status,
                     created_at=session.created_at,
+                    minted_by=minted_by,
                 )
             )
         self._cache(session)
@@ -167,10 +196,17 @@ class SessionManager:
     # ----------------------------------------------------------------- cache maintenance
 
     def end(self, session: Session, status: str) -> None:
-        """Mark ended in memory and drop from the cache (late calls fall back to a DB lookup)."""
+        """Mark ended in memory and in the table at once (blocking: run in a worker thread), so the
+        session key stops working on every replica now, not when the writer applies the end record."""
         session.status = status
         self._by_id.pop(session.id, None)
         self._by_key.pop(session.key_hash, None)
+        with self.store.engine.begin() as conn:
+            conn.execute(
+                sa.update(proxy_sessions)
+                .where(proxy_sessions.c.id == session.id, proxy_sessions.c.status == TrajectoryStatus.running.value)
+                .values(status=status)
+            )
 
     def idle(self, timeout_s: float) -> list[Session]:
         cutoff = time.monotonic() - timeout_s
@@ -196,7 +232,8 @@ class SessionManager:
         if session.running:
             try:
                 header = self.store.get_header(session.id)
-                session.task_input, session.metadata = header.task_input, dict(header.metadata)
+                session.task_input = cacheable_task_input(header.task_input)
+                session.metadata = cacheable_metadata(dict(header.metadata))
             except Exception:  # header not applied yet: the rewriter sees no task input, capture is unaffected
                 pass
         self._cache(session)
@@ -217,4 +254,5 @@ class SessionManager:
             created_at=row["created_at"],
             versions_recorded=row["harness_version"] is not None or row["policy_version"] is not None,
             calls=1,
+            minted_by=row["minted_by"],
         )

@@ -40,6 +40,37 @@ _SUFFIX = ".seg"
 _CHECKPOINT = "checkpoint"
 _STOP = object()
 _ROTATE = object()
+_CHECKPOINT_SLOT = struct.Struct("<4sQQQI")
+_CHECKPOINT_MAGIC = b"EVCP"
+_CHECKPOINT_BYTES = 4096
+
+
+def _slot_crc(counter: int, seq: int, offset: int) -> int:
+    return zlib.crc32(struct.pack("<QQQ", counter, seq, offset))
+
+
+def _checkpoint_slot(counter: int, position: Position) -> bytes:
+    return _CHECKPOINT_SLOT.pack(_CHECKPOINT_MAGIC, counter, position[0], position[1], _slot_crc(counter, *position))
+
+
+def _slots(data: bytes) -> list[tuple[int, Position]]:
+    """Both checkpoint slots as (counter, position); an invalid or torn slot reads as (0, (0, 0))."""
+    data = data.ljust(2 * _CHECKPOINT_SLOT.size, b"\0")
+    out: list[tuple[int, Position]] = []
+    for i in range(2):
+        magic, counter, seq, offset, crc = _CHECKPOINT_SLOT.unpack_from(data, i * _CHECKPOINT_SLOT.size)
+        valid = magic == _CHECKPOINT_MAGIC and crc == _slot_crc(counter, seq, offset)
+        out.append((counter, (seq, offset)) if valid else (0, (0, 0)))
+    return out
+
+
+def _text_checkpoint(data: bytes, path: Path) -> Position:
+    try:
+        seq, offset = data.decode().split()
+        return (int(seq), int(offset))
+    except ValueError:
+        log.warning("spool checkpoint %s is unreadable; replaying the whole spool", path)
+        return (0, 0)
 
 
 class SpoolError(EvolvableError):
@@ -120,26 +151,47 @@ class SpoolReader:
     def load_checkpoint(self) -> Position:
         path = self.directory / _CHECKPOINT
         try:
-            text = path.read_text()
+            data = path.read_bytes()
         except FileNotFoundError:
             return (0, 0)
-        try:
-            seq, offset = text.split()
-            return (int(seq), int(offset))
-        except ValueError:
-            # Only a power cut can leave it damaged (it is replaced by rename). Replaying every segment
-            # still on disk is safe: the store ignores events it has already applied.
+        if data[:1].isdigit():  # the text format of earlier versions
+            return _text_checkpoint(data, path)
+        counter, position = max(_slots(data))
+        if not counter:
+            # Only a power cut can damage both slots. Replaying every segment still on disk is safe:
+            # the store ignores events it has already applied.
             log.warning("spool checkpoint %s is unreadable; replaying the whole spool", path)
-            return (0, 0)
+        return position
+
+    def reserve_checkpoint(self) -> None:
+        """Create the checkpoint file at its full size now, so a full disk can never stop it moving.
+
+        It is then rewritten in place (two alternating checksummed slots), which needs no new blocks."""
+        path = self.directory / _CHECKPOINT
+        position = self.load_checkpoint()
+        if path.exists() and path.stat().st_size >= _CHECKPOINT_BYTES and path.read_bytes()[:4] == _CHECKPOINT_MAGIC:
+            return
+        tmp = self.directory / (_CHECKPOINT + ".tmp")
+        with open(tmp, "wb") as f:
+            f.write(_checkpoint_slot(1, position).ljust(_CHECKPOINT_BYTES, b"\0"))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
 
     def save_checkpoint(self, position: Position) -> None:
         """Record that everything before `position` is in the store; delete applied segments.
 
-        Atomic (rename) but not fsynced: losing it in a power cut only means replaying records the
-        store already has, which it ignores by event id."""
-        tmp = self.directory / (_CHECKPOINT + ".tmp")
-        tmp.write_text(f"{position[0]} {position[1]}\n")
-        os.replace(tmp, self.directory / _CHECKPOINT)
+        Written in place into the reserved file (no allocation, so it works on a full disk), into the
+        older of two checksummed slots: a torn write leaves the other one valid. Not fsynced: losing
+        it in a power cut only means replaying records the store already has, which it ignores by id."""
+        path = self.directory / _CHECKPOINT
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            counters = [n for n, _position in _slots(os.pread(fd, 2 * _CHECKPOINT_SLOT.size, 0))]
+            slot = 0 if counters[0] <= counters[1] else 1
+            os.pwrite(fd, _checkpoint_slot(max(counters) + 1, position), slot * _CHECKPOINT_SLOT.size)
+        finally:
+            os.close(fd)
         for seq in list_segments(self.directory):
             if seq < position[0]:
                 segment_path(self.directory, seq).unlink(missing_ok=True)
@@ -194,12 +246,14 @@ class Spool:
         queue_size: int = 4096,
         segment_bytes: int = 16 * 1024 * 1024,
         rotate_idle_s: float = 1.0,
+        max_segment_age_s: float = 5.0,
     ) -> None:
         self.directory = Path(directory)
         self.fsync = fsync
         self.fsync_interval_s = fsync_interval_s
         self.segment_bytes = segment_bytes
-        self.rotate_idle_s = rotate_idle_s
+        self.rotate_idle_s = min(rotate_idle_s, max_segment_age_s)
+        self.max_segment_age_s = max_segment_age_s
         self.reader = SpoolReader(self.directory, fsync=fsync != "none")
         self._queue: queue.Queue[object] = queue.Queue(maxsize=queue_size)
         self._cond = threading.Condition()
@@ -213,7 +267,17 @@ class Spool:
         self._enqueued = 0
         self._written = 0
         self._last_fsync = 0.0
+        self._opened_at = 0.0
         self.last_error: str | None = None
+        self.dropped = 0
+        """Records handed to the spool that could not be written (disk full, I/O error); never silent."""
+        self._last_failure_log = float("-inf")
+        self._last_probe = float("-inf")
+        self.failing = False
+        """True while writes fail (from the first failed batch until one succeeds again)."""
+        self._handled = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiters: dict[int, asyncio.Future[bool]] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -228,6 +292,7 @@ class Spool:
         segments = [s for s in segments if s >= checkpoint[0]]
         if segments:
             self._truncate_torn_tail(segments[-1])
+        self.reader.reserve_checkpoint()
         self._open_segment(max([*segments, checkpoint[0]]) + 1)
         self._end = (self._active_seq, self._active_size)
         self._thread = threading.Thread(target=self._run, name="evolvable-spool", daemon=True)
@@ -264,10 +329,11 @@ class Spool:
         self._enqueued += 1
         return True
 
-    async def append(self, payload: bytes, timeout_s: float = 30.0) -> None:
-        """Queue a record from the event loop; waits (without blocking the loop) while the queue is full."""
+    async def append(self, payload: bytes, timeout_s: float = 30.0) -> int:
+        """Queue a record from the event loop; waits (without blocking the loop) while the queue is full.
+        Returns the record's sequence number (see `written`)."""
         if self.append_nowait(payload):
-            return
+            return self._enqueued
         deadline = time.monotonic() + timeout_s
         delay = 0.0005
         while not self.append_nowait(payload):
@@ -275,6 +341,39 @@ class Spool:
                 raise SpoolFull(f"spool queue full for {timeout_s}s; the background writer is not keeping up")
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.05)
+        return self._enqueued
+
+    async def append_durable(self, payload: bytes, timeout_s: float = 30.0) -> bool:
+        """Queue a record and wait until it is in the segment file (survives kill -9 of this process).
+
+        False when the write failed (the record is counted in `dropped`). One wake-up per written batch."""
+        self._loop = asyncio.get_running_loop()  # before queueing: the spool thread must find the loop
+        seq = await self.append(payload, timeout_s)
+        # Registered before this coroutine yields: the spool thread's wake-up runs on this loop after it.
+        waiter = self._loop.create_future()
+        self._waiters[seq] = waiter
+        try:
+            return await asyncio.wait_for(waiter, timeout_s)
+        except TimeoutError:
+            self._waiters.pop(seq, None)
+            return False
+
+    def may_try_write(self, probe_interval_s: float = 0.5) -> bool:
+        """False while writes fail, except once per `probe_interval_s` (a probe: does writing work again?)."""
+        if not self.failing:
+            return True
+        now = time.monotonic()
+        if now - self._last_probe >= probe_interval_s:
+            self._last_probe = now
+            return True
+        return False
+
+    def _settle(self, first: int, last: int, ok: bool) -> None:
+        """On the event loop: wake the waiters of records first..last (just written, or failed)."""
+        for seq in range(first, last + 1):
+            waiter = self._waiters.pop(seq, None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(ok)
 
     def rotate(self) -> None:
         """Start a new segment (so the applied one can be deleted)."""
@@ -334,44 +433,111 @@ class Spool:
                     item = self._queue.get_nowait()
                 except queue.Empty:
                     break
-            try:
-                self._write_batch(batch, rotate)
-            except Exception as err:  # disk full, I/O error: keep the thread alive, report loudly
-                self.last_error = f"{err.__class__.__name__}: {err}"
-                log.exception("spool write failed; %d records not written", len(batch))
+            self._write_batch(batch, rotate)
 
     def _write_batch(self, batch: list[bytes], rotate: bool) -> None:
+        """Write one batch; a failure (disk full, read-only, I/O error) drops the whole batch, counted and
+        reported, and leaves the files as before it, so the next batch can succeed.
+
+        Waiting callers are woken as soon as the batch is in the file (after its fdatasync with
+        `fsync: batch`), before any periodic fsync or segment rotation, which only bound power-loss
+        exposure and the age of raw data on disk."""
+        ok = True
         with self._file_lock:
             if batch:
-                data = b"".join([frame(p) for p in batch])
-                view = memoryview(data)
-                assert self._fd is not None
-                while view:
-                    n = os.write(self._fd, view)
-                    view = view[n:]
-                self._active_size += len(data)
+                try:
+                    self._append_frames(b"".join([frame(p) for p in batch]))
+                    if self.fsync == "batch":
+                        os.fdatasync(self._fd)  # type: ignore[arg-type]
+                except OSError as err:
+                    ok = False
+                    self._record_failure(err, len(batch))
+            end = (self._active_seq, self._active_size)
+        self._settle_batch(len(batch), ok, end)
+        with self._file_lock:
+            try:
                 now = time.monotonic()
-                if self.fsync == "batch" or (
-                    self.fsync == "interval" and now - self._last_fsync >= self.fsync_interval_s
+                if (
+                    self.fsync == "interval"
+                    and self._fd is not None
+                    and now - self._last_fsync >= self.fsync_interval_s
                 ):
                     os.fdatasync(self._fd)
                     self._last_fsync = now
-            if (rotate and self._active_size > 0) or self._active_size >= self.segment_bytes:
-                self._open_segment(self._active_seq + 1)
+                aged = now - self._opened_at >= self.max_segment_age_s
+                if (
+                    self._fd is not None
+                    and self._active_size > 0
+                    and (rotate or aged or self._active_size >= self.segment_bytes)
+                ):
+                    self._open_segment(self._active_seq + 1)
+            except OSError as err:  # the next batch retries opening a segment
+                self._record_failure(err, 0)
             end = (self._active_seq, self._active_size)
         with self._cond:
             self._end = end
-            self._written += len(batch)
+
+    def _settle_batch(self, records: int, ok: bool, end: Position) -> None:
+        """Publish a written (or failed) batch: counters, `wait_written`, and the event loop's waiters."""
+        if ok and records and self.failing:
+            log.warning("spool writes succeed again after %d dropped records", self.dropped)
+            self.failing = False
+        first = self._handled + 1
+        with self._cond:
+            self._end = end
+            self._written += records
+            self._handled += records
             self._cond.notify_all()
+        loop = self._loop
+        if records and loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed in between
+                loop.call_soon_threadsafe(self._settle, first, self._handled, ok)
+
+    def _append_frames(self, data: bytes) -> None:
+        if self._fd is None:  # a segment could not be opened earlier (e.g. a read-only moment): try again
+            self._open_segment(self._active_seq + 1)
+        assert self._fd is not None
+        view = memoryview(data)
+        try:
+            while view:
+                n = os.write(self._fd, view)
+                view = view[n:]
+        except OSError:
+            self._cut_back()
+            raise
+        self._active_size += len(data)
+
+    def _cut_back(self) -> None:
+        """Remove a partly written batch (truncating needs no space); if even that fails, leave the
+        segment (its torn tail is skipped by the reader) and write the next batch to a new one."""
+        assert self._fd is not None
+        try:
+            os.ftruncate(self._fd, self._active_size)
+        except OSError:
+            fd, self._fd = self._fd, None
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def _record_failure(self, err: OSError, records: int) -> None:
+        self.dropped += records
+        self.failing = self.failing or records > 0
+        self.last_error = f"{err.__class__.__name__}: {err}"
+        now = time.monotonic()
+        if now - self._last_failure_log >= 1.0:  # loud, but at most once a second on a full disk
+            self._last_failure_log = now
+            log.error("spool write failed (%s); %d records not written, %d dropped so far", err, records, self.dropped)
 
     def _open_segment(self, seq: int) -> None:
         if self._fd is not None:
             fd, self._fd = self._fd, None
-            if self.fsync != "none":
-                os.fdatasync(fd)
-            os.close(fd)
+            try:
+                if self.fsync != "none":
+                    os.fdatasync(fd)
+            finally:
+                os.close(fd)
         self._fd = os.open(segment_path(self.directory, seq), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         self._active_seq, self._active_size = seq, os.fstat(self._fd).st_size
+        self._opened_at = time.monotonic()
         if self.fsync != "none":
             _fsync_dir(self.directory)
 

@@ -21,6 +21,7 @@ import os
 import signal
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -29,6 +30,7 @@ import sqlalchemy as sa
 from evolvable.errors import NotFound
 from evolvable.protocol.models import Event, LLMCallStep, utcnow
 from evolvable.proxy.capture import Converter
+from evolvable.proxy.deadletter import DeadLetter
 from evolvable.proxy.hooks import Governor
 from evolvable.proxy.sessions import SessionManager
 from evolvable.proxy.spool import SpoolReader
@@ -36,6 +38,15 @@ from evolvable.store import Store
 from evolvable.store.tables.trajectories import trajectories
 
 log = logging.getLogger("evolvable.proxy.writer")
+
+
+@dataclass
+class _Item:
+    """One spool record on its way to the store."""
+
+    payload: bytes
+    record: dict[str, Any]
+    events: list[Event]
 
 
 class WriterStats:
@@ -46,23 +57,44 @@ class WriterStats:
         self._records = ctx.Value(ctypes.c_longlong, 0, lock=False)
         self._events = ctx.Value(ctypes.c_longlong, 0, lock=False)
         self._failures = ctx.Value(ctypes.c_longlong, 0, lock=False)
+        self._quarantined = ctx.Value(ctypes.c_longlong, 0, lock=False)
         self._error = ctx.Array(ctypes.c_char, 512, lock=False)
+        self._quarantine_error = ctx.Array(ctypes.c_char, 512, lock=False)
+        self._quarantine_tenant = ctx.Array(ctypes.c_char, 256, lock=False)
 
     def applied(self, records: int, events: int) -> None:
         self._records.value += records
         self._events.value += events
 
+    def quarantined(self, error: str, tenant_id: str | None) -> None:
+        """A record moved to the dead-letter queue; its error stays visible (to its tenant) until the next."""
+        self._quarantined.value += 1
+        self._quarantine_error.value = error.encode("utf-8", "replace")[:511]
+        self._quarantine_tenant.value = (tenant_id or "").encode("utf-8", "replace")[:255]
+
     def failed(self, error: str | None) -> None:
+        """The error the writer is retrying on (None: it succeeded again)."""
         if error is not None:
             self._failures.value += 1
         self._error.value = (error or "").encode("utf-8", "replace")[:511]
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self, viewer_tenant: str | None = None, *, operator: bool = True) -> dict[str, Any]:
+        """The counters. Error texts can quote a record or SQL parameters, so a non-operator sees the
+        quarantine error only for its own tenant's record, and of a retry error only its kind."""
+        error = self._error.value.decode("utf-8", "replace") or None
+        quarantine = self._quarantine_error.value.decode("utf-8", "replace") or None
+        tenant = self._quarantine_tenant.value.decode("utf-8", "replace") or None
+        if not operator:
+            error = error.split(":", 1)[0] if error else None
+            if quarantine is not None and (tenant is None or tenant != viewer_tenant):
+                quarantine = "a record of another tenant was quarantined"
         return {
             "records_applied": self._records.value,
             "events_applied": self._events.value,
             "writer_failures": self._failures.value,
-            "writer_last_error": self._error.value.decode("utf-8", "replace") or None,
+            "writer_last_error": error,
+            "records_quarantined": self._quarantined.value,
+            "last_quarantine_error": quarantine,
         }
 
 
@@ -82,6 +114,8 @@ class BackgroundWriter:
         self.stats = stats
         self.batch_size, self.idle_s = batch_size, idle_s
         self.converter = Converter(lookup=self._stored_llm_steps)
+        self.deadletter = DeadLetter(reader.directory)
+        self.poison_retry_delays_s: tuple[float, ...] = (0.05, 0.5)
 
     def drain(self) -> int:
         """Apply everything now in the spool, synchronously (startup recovery, tests, CLI)."""
@@ -127,22 +161,75 @@ class BackgroundWriter:
                 if nxt != start:
                     self.reader.save_checkpoint(nxt)
                 return 0
-            records: list[dict[str, Any]] = []
-            events: list[Event] = []
+            items: list[_Item] = []
             for payload in payloads:
                 try:
                     rec = orjson.loads(payload)
-                    events.extend(self.converter.convert(rec))
-                    records.append(rec)
-                except Exception:
-                    # A record we cannot convert is a bug in capture, not the client's; keep going, loudly.
-                    log.exception("cannot convert a spool record (%d bytes)", len(payload))
-            governed = self.governor.govern(events)
-            self.store.apply_events(governed)
-            self._after_apply(records)
+                    items.append(_Item(payload, rec, self.converter.convert(rec)))
+                except Exception as err:  # a record no fix of the store can apply: quarantined, counted
+                    self._quarantine(payload, f"cannot convert: {err.__class__.__name__}: {err}")
+            self._apply(items)
             self.reader.save_checkpoint(nxt)
-            self.stats.applied(len(records), len(governed))
             return len(payloads)
+
+    def _apply(self, items: list[_Item]) -> None:
+        """Apply items in one transaction; if that fails while the store is healthy, bisect down to the
+        records that fail on their own and quarantine those, so one bad record never blocks the rest."""
+        if not items:
+            return
+        try:
+            self._apply_together(items)
+            return
+        except Exception as err:
+            if not self._store_healthy():
+                raise  # the database is down: keep everything spooled and retry
+            if len(items) == 1:
+                self._retry_or_quarantine(items[0], err)
+                return
+        middle = len(items) // 2
+        self._apply(items[:middle])
+        self._apply(items[middle:])
+
+    def _apply_together(self, items: list[_Item]) -> None:
+        events = [e for item in items for e in item.events]
+        governed = self.governor.govern(events)
+        self.store.apply_events(governed)
+        self._after_apply([item.record for item in items])
+        self.stats.applied(len(items), len(governed))
+
+    def _retry_or_quarantine(self, item: _Item, first_error: Exception) -> None:
+        """A record that failed alone: retried (a passing lock or hiccup), then quarantined."""
+        error = first_error
+        for delay in self.poison_retry_delays_s:
+            time.sleep(delay)
+            try:
+                self._apply_together([item])
+                return
+            except Exception as err:
+                if not self._store_healthy():
+                    raise
+                error = err
+        self._quarantine(item.payload, f"{error.__class__.__name__}: {error}")
+
+    def _quarantine(self, payload: bytes, error: str) -> None:
+        entry = self.deadletter.add(payload, error)
+        self.stats.quarantined(error, entry.tenant_id)
+        log.error(
+            "quarantined a spool record (%s of tenant %s, %d bytes) as %s: %s",
+            entry.kind,
+            entry.tenant_id,
+            entry.size,
+            entry.id,
+            error[:300],
+        )
+
+    def _store_healthy(self) -> bool:
+        try:
+            with self.store.engine.connect() as conn:
+                conn.execute(sa.text("SELECT 1"))
+            return True
+        except Exception:
+            return False
 
     def _after_apply(self, records: list[dict[str, Any]]) -> None:
         """Session bookkeeping that is not an ATDP event: ended sessions, versions learned at the first call."""
@@ -177,7 +264,8 @@ class BackgroundWriter:
 
 
 class WriterRunner:
-    """Runs a BackgroundWriter in a forked child process (default) or a thread, and stops it cleanly."""
+    """Runs a BackgroundWriter in a forked child process (default) or a thread, restarts it (with backoff,
+    logged) if it dies, and stops it cleanly."""
 
     def __init__(self, writer: BackgroundWriter, mode: str = "process", nice: int = 10) -> None:
         self.writer, self.mode, self.nice = writer, mode, nice
@@ -185,8 +273,20 @@ class WriterRunner:
         self._thread: threading.Thread | None = None
         self._process: Any = None
         self._stop_process: Any = None
+        self._close_in_child: tuple[int, ...] = ()
+        self._stopping = threading.Event()
+        self._supervisor: threading.Thread | None = None
+        self.restarts = 0
+        self.check_interval_s = 0.5
+        self.max_backoff_s = 30.0
 
     def start(self, close_in_child: tuple[int, ...] = ()) -> None:
+        self._close_in_child = close_in_child
+        self._launch()
+        self._supervisor = threading.Thread(target=self._supervise, name="evolvable-writer-supervisor", daemon=True)
+        self._supervisor.start()
+
+    def _launch(self) -> None:
         if self.mode == "thread":
             self._thread = threading.Thread(
                 target=self.writer.run, args=(self._stop_thread.is_set,), name="evolvable-writer", daemon=True
@@ -197,14 +297,38 @@ class WriterRunner:
         self._stop_process = ctx.Event()
         self._process = ctx.Process(
             target=_child_main,
-            args=(self.writer, self._stop_process, os.getpid(), close_in_child, self.nice),
+            args=(self.writer, self._stop_process, os.getpid(), self._close_in_child, self.nice),
             name="evolvable-writer",
             daemon=True,
         )
         self._process.start()
 
+    def _supervise(self) -> None:
+        """Restart a writer that died (killed, crashed): capture must not stop silently."""
+        backoff = self.check_interval_s
+        started = time.monotonic()
+        while not self._stopping.wait(self.check_interval_s):
+            if self.alive:
+                if time.monotonic() - started > 60:
+                    backoff = self.check_interval_s  # it has run a while: the next death starts over
+                continue
+            exitcode = self._process.exitcode if self._process is not None else None
+            log.error("background writer died (exit code %s); restarting in %.1fs", exitcode, backoff)
+            if self._stopping.wait(backoff):
+                return
+            if self._process is not None:
+                self._process.join(0)
+            self.restarts += 1
+            self._launch()
+            started = time.monotonic()
+            backoff = min(backoff * 2, self.max_backoff_s)
+
     def stop(self, timeout_s: float = 30.0) -> None:
         """Drain what is spooled (bounded by the timeout), then stop."""
+        self._stopping.set()
+        if self._supervisor is not None:
+            self._supervisor.join(timeout_s)
+            self._supervisor = None
         if self._thread is not None:
             self._stop_thread.set()
             self._thread.join(timeout_s)
@@ -223,6 +347,11 @@ class WriterRunner:
         if self._thread is not None:
             return self._thread.is_alive()
         return self._process is not None and self._process.is_alive()
+
+    @property
+    def pid(self) -> int | None:
+        """The writer process's id (None in thread mode)."""
+        return self._process.pid if self._process is not None else None
 
 
 def _child_main(writer: BackgroundWriter, stop: Any, parent_pid: int, close_fds: tuple[int, ...], nice: int) -> None:

@@ -35,6 +35,12 @@ api_keys = sa.Table(
     sa.Column("key_hash", sa.String(64), nullable=False, unique=True, comment="sha256 hex of the whole key."),
     sa.Column("label", sa.String(200), nullable=False, server_default=""),
     sa.Column("is_admin", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column(
+        "role",
+        sa.String(16),
+        nullable=True,
+        comment="operator | admin | tenant; NULL: admin if is_admin else tenant (keys issued before roles).",
+    ),
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Column("revoked_at", UTCDateTime, nullable=True),
 )

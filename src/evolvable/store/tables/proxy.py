@@ -24,6 +24,12 @@ proxy_sessions = sa.Table(
     sa.Column("status", sa.String, nullable=False),
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Column("ended_at", UTCDateTime),
+    sa.Column(
+        "minted_by",
+        sa.String(64),
+        nullable=True,
+        comment="The API key that created the session; the session key dies with it.",
+    ),
     sa.Index(None, "key_hash", unique=True),
     sa.Index(None, "status"),
     sa.Index(None, "tenant_id"),
