@@ -126,7 +126,9 @@ class _ProxySink:
         self.client = _client(base_url)
         created = self._post("/v1/sessions", session, api_key)
         self.trajectory_id: str = created["id"]
-        self._key: str = created["api_key"]
+        self._key: str | None = created["api_key"]
+        self._opener = api_key
+        """The session key dies with the session's end; late signals are posted with the key that opened it."""
 
     def _post(self, path: str, body: dict[str, Any], key: str | None) -> dict[str, Any]:
         headers = {"authorization": f"Bearer {key}"} if key else {}
@@ -149,9 +151,8 @@ class _ProxySink:
         body = signal.model_dump(
             mode="json", include={"kind", "value", "step_id", "label", "source", "confidence", "metadata"}
         )
-        (signal_id,) = self._post(f"/v1/sessions/{self.trajectory_id}/signals", {"signals": [body]}, self._key)[
-            "signal_ids"
-        ]
+        path = f"/v1/sessions/{self.trajectory_id}/signals"
+        (signal_id,) = self._post(path, {"signals": [body]}, self._key or self._opener)["signal_ids"]
         return signal.model_copy(update={"id": signal_id})
 
     def end(self, status: TrajectoryStatus, metadata: dict[str, Any]) -> None:
@@ -162,6 +163,7 @@ class _ProxySink:
         if metadata.get("reason"):
             body["reason"] = str(metadata["reason"])[:500]
         self._post(f"/v1/sessions/{self.trajectory_id}/end", body, self._key)
+        self._key = None
 
 
 # --------------------------------------------------------------------------- the recorder

@@ -49,7 +49,7 @@ def test_control_api_tenant_isolation_under_random_access(store) -> None:
     for tenant in TENANTS:
         directory.create_tenant(tenant)
         readers[tenant] = directory.issue_key(tenant, label="reader").key
-    operator = directory.issue_key(TENANTS[0], label="admin", is_admin=True).key
+    operator = directory.issue_key(TENANTS[0], label="operator", role="operator").key
     router = HarnessRouter(store.engine, refresh_interval_s=3600)
     app = FastAPI()
     app.include_router(create_control_router(planes, router, authenticator=directory))

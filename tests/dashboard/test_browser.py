@@ -123,7 +123,7 @@ def served(database: str, tmp_path: Path) -> Iterator[str]:
 def seed(url: str, database: str) -> dict[str, str]:
     """Two tenants' runs, an evolution history (a promoted memory change, a canary, a pending approval)."""
     store = Store.open(database)
-    plane = ControlPlane(store)
+    plane = ControlPlane(store, tenant="acme")  # control is per (tenant, agent): acme's agent, acme's runs
     base = Harness(agent=AGENT, system_prompt="You are the support desk. Look orders up before answering.")
     plane.bootstrap(base)
     acme, other = tenant_key(url, "acme"), tenant_key(url, "globex")

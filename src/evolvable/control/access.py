@@ -4,8 +4,8 @@
 - a tenant key reads its own tenant only; another tenant's decision, rollout or agent is 404, exactly
   as if it did not exist (no probing for other tenants' ids);
 - writes (promote, rollback, approve, register) need an admin key for the object's tenant: 403 otherwise;
-- an operator (a principal with `is_operator`; until governance has that role, any admin key) sees and
-  changes every tenant.
+- an operator (governance's operator role) sees and changes every tenant; an admin key is its own
+  tenant's admin only.
 
 Keys are resolved by governance (`TenantDirectory.authenticate`, the proxy's Authenticator seam):
 admin keys stored in the database are honoured like the bootstrap one.
@@ -31,7 +31,7 @@ class Access:
 
     @property
     def operator(self) -> bool:
-        return bool(getattr(self.principal, "is_operator", self.principal.is_admin))
+        return self.principal.is_operator
 
     @property
     def tenant(self) -> str:
