@@ -55,6 +55,15 @@ class Store:
     def close(self) -> None:
         self.engine.dispose()
 
+    def healthy(self) -> bool:
+        """Whether the database answers now (a writer tells an outage from a bad record by it)."""
+        try:
+            with self.engine.connect() as conn:
+                conn.execute(sa.text("select 1"))
+            return True
+        except Exception:
+            return False
+
     def __enter__(self) -> Store:
         return self
 
