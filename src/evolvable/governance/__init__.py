@@ -31,7 +31,6 @@ _EXPORTS = {
     "Tenant": "tenants",
     "TenantDirectory": "tenants",
     "TokenizerRegistry": "redaction.tokenizer_registry",
-    "ensure_governance_schema": "schema",
     "governance_routers": "api",
     "retention_loop": "retention",
 }

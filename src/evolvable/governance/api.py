@@ -143,7 +143,7 @@ def governance_routers(
     Without `spool_purger` a purge uses the running proxy's spool (`request.app.state.proxy`) when mounted on it."""
     audit = audit or directory.audit
     catalog = catalog or DatasetCatalog(store, audit=audit)
-    base_purger = purger or Purger(store, catalog=catalog, audit=audit, spool_purger=spool_purger, erasers=erasers)
+    base_purger = purger or Purger(store, audit=audit, spool_purger=spool_purger, erasers=erasers)
 
     async def principal_of(request: Request, *, admin: bool = False) -> Principal:
         principal = await asyncio.to_thread(directory.authenticate, _bearer(request))
@@ -241,9 +241,7 @@ def governance_routers(
         runtime = getattr(request.app.state, "proxy", None)
         if base_purger.spool_purger is None and runtime is not None and hasattr(runtime, "purge_spool"):
             # The running proxy's spool: its records are parsed dicts there.
-            use = Purger(
-                store, catalog=catalog, audit=audit, spool_purger=runtime.purge_spool, erasers=base_purger.erasers
-            )
+            use = Purger(store, audit=audit, spool_purger=runtime.purge_spool, erasers=base_purger.erasers)
         report = await asyncio.to_thread(functools.partial(use.purge, req, actor=actor(p)))
         return _json(report.model_dump(mode="json"))
 
