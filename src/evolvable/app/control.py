@@ -28,6 +28,7 @@ from evolvable.control.tenancy import ControlPlanes
 from evolvable.control.workloads import Workload, WorkloadContext, WorkloadError, load_entry_point, load_object
 from evolvable.protocol.harness import Harness, MemoryExemplar
 from evolvable.proxy.config import ProxyConfig
+from evolvable.store import Store
 
 
 def control_config(config: EvolvableConfig) -> ControlConfig:
@@ -50,7 +51,7 @@ def control_config(config: EvolvableConfig) -> ControlConfig:
     )
 
 
-def weights_evolver(config: EvolvableConfig, store: Any, servers: tuple[str, ...]) -> Any:
+def weights_evolver(config: EvolvableConfig, store: Store | None, servers: tuple[str, ...]) -> Any:
     """The weights lever: background jobs through the configured launcher, gated snapshots, hot-loading."""
     from evolvable.control.evolvers.weights import WeightsEvolver
     from evolvable.control.jobs import CommandLauncher, JobManager, LocalLauncher
@@ -77,7 +78,7 @@ def weights_evolver(config: EvolvableConfig, store: Any, servers: tuple[str, ...
 
 
 def evolvers(
-    config: EvolvableConfig, proxy: ProxyConfig, policy_endpoints: dict[str, str], store: Any = None
+    config: EvolvableConfig, proxy: ProxyConfig, policy_endpoints: dict[str, str], store: Store | None = None
 ) -> dict[Lever, Any]:
     from evolvable.control.evolvers import default_evolvers
     from evolvable.control.evolvers.memory import MemoryEvolver
@@ -146,7 +147,7 @@ def replay_suite(
     proxy: ProxyConfig,
     sanitize: Callable[[MemoryExemplar], MemoryExemplar] | None,
     *,
-    store: Any = None,
+    store: Store | None = None,
     judge: Any = None,
 ) -> ReplaySuite | None:
     """The agent's workload plugin; without one, replay from its recorded traffic judged by the judge model
@@ -165,6 +166,8 @@ def replay_suite(
     if agent.workload is None:
         from evolvable.control.recorded_replay import RecordedTrafficWorkload
 
+        assert store is not None  # no workload and no store returned None above
+
         return RecordedTrafficWorkload(store, agent.tenant, agent.name, judge=judge).suite(context)
     try:
         return load_workload(agent.workload).suite(context)
@@ -176,7 +179,7 @@ def replay_suite(
 
 def build_planes(
     config: EvolvableConfig,
-    store: Any,
+    store: Store,
     proxy: ProxyConfig,
     *,
     router: Any = None,

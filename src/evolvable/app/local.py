@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from evolvable.errors import EvolvableError
+from evolvable.store import Store
 
 __all__ = ["LocalStack", "ServerThread", "local_stack"]
 
@@ -58,7 +59,7 @@ class LocalStack:
     engine: Any
     policy_server: ServerThread
     proxy: ServerThread
-    store: Any
+    store: Store
 
     @property
     def proxy_v1(self) -> str:

@@ -23,12 +23,13 @@ from evolvable.app.endpoints import launch_policy_servers, proxy_config, secret
 from evolvable.control.tenancy import ControlPlanes
 from evolvable.proxy.config import ProxyConfig
 from evolvable.settings import get_settings
+from evolvable.store import Store
 
 
 @dataclass
 class Stack:
     config: EvolvableConfig
-    store: Any
+    store: Store
     proxy_config: ProxyConfig
     app: Any = None
     governance: Any = None
@@ -62,7 +63,7 @@ def _tokenizers(config: EvolvableConfig) -> Any:
     return None
 
 
-def _governance(config: EvolvableConfig, store: Any) -> Any:
+def _governance(config: EvolvableConfig, store: Store) -> Any:
     from evolvable.control.erasure import control_erasers
     from evolvable.governance import Governance
 

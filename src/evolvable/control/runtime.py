@@ -55,6 +55,7 @@ from evolvable.control.stats_math import wilson_interval, worse_pvalue
 from evolvable.control.task_clusters import TaskClusters
 from evolvable.errors import ControlError
 from evolvable.protocol.harness import Harness
+from evolvable.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,7 @@ class TickReport:
 class ControlPlane:
     def __init__(
         self,
-        store: Any,
+        store: Store,
         *,
         config: ControlConfig | None = None,
         evolvers: dict[Lever, Evolver] | None = None,

@@ -19,7 +19,7 @@ from evolvable.dashboard.access import Viewer, json_response, viewer
 from evolvable.errors import NotFound
 from evolvable.protocol.models import LLMCallStep, SignalKind, Trajectory, TrajectoryStatus, new_id, utcnow
 from evolvable.proxy.errors import APIError
-from evolvable.store import InvalidCursor, TrajectoryFilter
+from evolvable.store import InvalidCursor, Store, TrajectoryFilter
 from evolvable.store.reviews import recent_signals, trajectories_with_signal
 
 JUDGE_UNSURE_CONFIDENCE = 0.6
@@ -202,7 +202,7 @@ def _unsure(signal: dict[str, Any]) -> bool:
     return middling or (isinstance(confidence, int | float) and confidence < JUDGE_UNSURE_CONFIDENCE)
 
 
-async def _visible_run(store: Any, trajectory_id: str, v: Viewer) -> Trajectory:
+async def _visible_run(store: Store, trajectory_id: str, v: Viewer) -> Trajectory:
     try:
         return await asyncio.to_thread(store.get_trajectory, trajectory_id, v.tenant_scope)
     except NotFound:

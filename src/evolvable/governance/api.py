@@ -33,6 +33,7 @@ from evolvable.governance.redaction import redact_text
 from evolvable.governance.tenants import TenantDirectory
 from evolvable.protocol.models import CaptureMode
 from evolvable.proxy.hooks import Principal, Role
+from evolvable.store import Store
 
 log = logging.getLogger("evolvable.governance.api")
 
@@ -129,7 +130,7 @@ async def _body(request: Request, model: type[BaseModel]) -> Any:
 
 
 def governance_routers(
-    store: Any,
+    store: Store,
     directory: TenantDirectory,
     *,
     catalog: DatasetCatalog | None = None,

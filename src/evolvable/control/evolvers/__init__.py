@@ -14,6 +14,7 @@ from evolvable.control.models import Lever, PolicySpec, VersionRecord
 from evolvable.control.statistics import AgentStatistics, RunSummary
 from evolvable.errors import ControlError
 from evolvable.protocol.harness import Harness
+from evolvable.store import Store
 
 
 class LeverUnavailable(ControlError):
@@ -23,7 +24,7 @@ class LeverUnavailable(ControlError):
 @dataclass
 class EvolveContext:
     agent: str
-    store: Any
+    store: Store
     active_harness: Harness
     active_harness_version: str
     runs: list[RunSummary]
