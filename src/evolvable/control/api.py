@@ -24,15 +24,15 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from pydantic import ValidationError
 
-from evolvable.control.access import Access, ErrorShapedRoute, access_dependency, not_found
+from evolvable.control.access import Access, access_dependency
 from evolvable.control.journal import Journal
 from evolvable.control.models import VersionKind, VersionState
 from evolvable.control.router import HarnessRouter
 from evolvable.control.runtime import ControlPlane
 from evolvable.control.tenancy import ControlPlanes
-from evolvable.errors import ControlError, NotFound
+from evolvable.errors import Conflict, ControlError, InvalidRequest, NotFound, ResourceNotFound
+from evolvable.http_errors import ErrorShapedRoute
 from evolvable.protocol.harness import Harness
-from evolvable.proxy.errors import APIError
 from evolvable.proxy.hooks import Authenticator
 
 
@@ -41,9 +41,9 @@ async def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     try:
         result = await asyncio.to_thread(fn, *args, **kwargs)
     except NotFound as err:
-        raise not_found(str(err)) from None
+        raise ResourceNotFound(str(err)) from None
     except ControlError as err:
-        raise APIError(409, str(err), "invalid_request_error", "conflict") from None
+        raise Conflict(str(err), code="conflict") from None
     return result.model_dump(mode="json") if hasattr(result, "model_dump") else result
 
 
@@ -87,9 +87,9 @@ def create_control_router(
         try:
             record = every_tenant.decision(object_id) if kind == "decision" else every_tenant.rollout(object_id)
         except NotFound:
-            raise not_found(f"no {kind} {object_id!r}") from None
+            raise ResourceNotFound(f"no {kind} {object_id!r}") from None
         if not access.can_read(record.tenant):
-            raise not_found(f"no {kind} {object_id!r}")
+            raise ResourceNotFound(f"no {kind} {object_id!r}")
         return planes.plane(record.tenant)
 
     async def acted(result: Any, access: Access, action: str, target: str) -> Any:
@@ -108,7 +108,7 @@ def create_control_router(
             record = planes.plane(scope).registry.current(name, VersionKind.harness, VersionState.active)
             harness, version = (record.harness(), record.id) if record else (None, None)
         if harness is None:
-            raise not_found(f"agent {name!r} has no active harness")
+            raise ResourceNotFound(f"agent {name!r} has no active harness")
         return {"agent": name, "tenant": scope, "harness_version": version, "harness": harness.model_dump(mode="json")}
 
     @api.post("/v1/agents/{name}/harness")
@@ -120,9 +120,9 @@ def create_control_router(
         try:
             harness = Harness.model_validate_json(await request.body())
         except ValidationError as err:
-            raise APIError(400, f"invalid harness: {err.errors()[0]['msg']}", "invalid_request_error") from None
+            raise InvalidRequest(f"invalid harness: {err.errors()[0]['msg']}") from None
         if harness.agent != name:
-            raise APIError(400, f"harness is for agent {harness.agent!r}, not {name!r}", "invalid_request_error")
+            raise InvalidRequest(f"harness is for agent {harness.agent!r}, not {name!r}")
         state = VersionState.active if activate else VersionState.candidate
         registry = planes.plane(scope).registry
         record = await _call(registry.register_harness, harness, state=state, note="api", created_by=access.actor)
