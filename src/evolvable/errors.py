@@ -28,8 +28,8 @@ the boundary where they are caught, as httpx does.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
+from types import TracebackType
 
 
 class EvolvableError(Exception):
@@ -156,16 +156,24 @@ class Unavailable(HTTPError):
 Translation = Callable[[Exception], EvolvableError]
 
 
-@contextlib.contextmanager
-def map_exceptions(mapping: Mapping[type[Exception], Translation]) -> Iterator[None]:
+class map_exceptions:
     """Re-raise a third-party exception as ours: the first `mapping` key it is an instance of picks the
-    translation (so list specific types before their bases). Ours and unmapped ones pass unchanged."""
-    try:
-        yield
-    except EvolvableError:
-        raise
-    except Exception as err:
-        for kind, translate in mapping.items():
-            if isinstance(err, kind):
+    translation (so list specific types before their bases). Ours and unmapped ones pass unchanged.
+    A plain class, not a generator: entering and leaving it costs two method calls."""
+
+    __slots__ = ("mapping",)
+
+    def __init__(self, mapping: Mapping[type[Exception], Translation]) -> None:
+        self.mapping = mapping
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, err: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        if not isinstance(err, Exception) or isinstance(err, EvolvableError):
+            return
+        for mapped, translate in self.mapping.items():
+            if isinstance(err, mapped):
                 raise translate(err) from err
-        raise
