@@ -61,6 +61,17 @@ def create_control_router(
     (`evolvable serve` writes it to the audit log)."""
     if isinstance(planes, ControlPlane):
         planes = ControlPlanes.single(planes)
+    api = APIRouter(lifespan=_lifespan(planes, harness_router, tick_interval_s), route_class=ErrorShapedRoute)
+    caller = Depends(access_dependency(authenticator))
+    _harness_routes(api, planes, harness_router, caller)
+    _control_routes(api, planes, caller, on_action)
+    return api
+
+
+def _lifespan(
+    planes: ControlPlanes, harness_router: HarnessRouter | None, tick_interval_s: float | None
+) -> Callable[[Any], contextlib.AbstractAsyncContextManager[None]]:
+    """Start the harness router's snapshot and (with `tick_interval_s`) the background ticks with the app."""
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Any) -> AsyncIterator[None]:
@@ -78,24 +89,11 @@ def create_control_router(
             if harness_router is not None:
                 harness_router.stop()
 
-    api = APIRouter(lifespan=lifespan, route_class=ErrorShapedRoute)
-    caller = Depends(access_dependency(authenticator))
+    return lifespan
 
-    def owner(kind: str, object_id: str, access: Access) -> ControlPlane:
-        """The plane of the tenant that owns a decision or rollout, if the caller may see it; else 404."""
-        every_tenant = Journal(planes.plane(access.tenant).store.engine, tenant=None)
-        try:
-            record = every_tenant.decision(object_id) if kind == "decision" else every_tenant.rollout(object_id)
-        except NotFound:
-            raise ResourceNotFound(f"no {kind} {object_id!r}") from None
-        if not access.can_read(record.tenant):
-            raise ResourceNotFound(f"no {kind} {object_id!r}")
-        return planes.plane(record.tenant)
 
-    async def acted(result: Any, access: Access, action: str, target: str) -> Any:
-        if on_action is not None:
-            await asyncio.to_thread(on_action, access.actor, action, target)
-        return result
+def _harness_routes(api: APIRouter, planes: ControlPlanes, harness_router: HarnessRouter | None, caller: Any) -> None:
+    """An agent's active harness (what its sessions get), and registering a new one."""
 
     @api.get("/v1/agents/{name}/harness")
     async def get_harness(
@@ -129,6 +127,28 @@ def create_control_router(
         if harness_router is not None:
             await asyncio.to_thread(harness_router.refresh)
         return record
+
+
+def _control_routes(
+    api: APIRouter, planes: ControlPlanes, caller: Any, on_action: Callable[[str, str, str], None] | None
+) -> None:
+    """The control plane's status, decisions and rollouts, and the operator's actions on them."""
+
+    def owner(kind: str, object_id: str, access: Access) -> ControlPlane:
+        """The plane of the tenant that owns a decision or rollout, if the caller may see it; else 404."""
+        every_tenant = Journal(planes.plane(access.tenant).store.engine, tenant=None)
+        try:
+            record = every_tenant.decision(object_id) if kind == "decision" else every_tenant.rollout(object_id)
+        except NotFound:
+            raise ResourceNotFound(f"no {kind} {object_id!r}") from None
+        if not access.can_read(record.tenant):
+            raise ResourceNotFound(f"no {kind} {object_id!r}")
+        return planes.plane(record.tenant)
+
+    async def acted(result: Any, access: Access, action: str, target: str) -> Any:
+        if on_action is not None:
+            await asyncio.to_thread(on_action, access.actor, action, target)
+        return result
 
     @api.get("/v1/control/status")
     async def status(agent: str | None = None, tenant: str | None = None, access: Access = caller) -> Any:
@@ -174,5 +194,3 @@ def create_control_router(
         access.require_write(scope or access.tenant)
         report = await asyncio.to_thread(planes.tick, scope, agent)
         return {"leader": report.leader, "actions": report.actions, "decisions": report.decisions}
-
-    return api

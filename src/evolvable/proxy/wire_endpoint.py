@@ -20,6 +20,7 @@ import orjson
 from evolvable.errors import EvolvableError, HTTPError
 from evolvable.proxy.completions import CompletionsEndpoint
 from evolvable.proxy.config import UpstreamConfig
+from evolvable.proxy.limits import replay
 from evolvable.proxy.response_history import ResponseHistory
 from evolvable.proxy.wire import messages, messages_native, responses, responses_native
 from evolvable.proxy.wire.base import NativeCodec, WireCall, WireError, WireRequest
@@ -131,7 +132,7 @@ class WireEndpoint:
         body = orjson.dumps(request.chat)
         relay = _Relay(send, adapter, request, call, time.perf_counter() - t_start)
         inner_scope = {**scope, "headers": headers, "evolvable.wire": call}
-        await self.hot_path(inner_scope, _one_shot(body, receive), relay, "chat")
+        await self.hot_path(inner_scope, replay(body, receive), relay, "chat")
         if kind == "responses" and relay.turn is not None and relay.answered and request.store:
             owner = (call.tenant_id or "default", call.session_id)
             self.history.remember(relay.wire_id, owner, responses.conversation(request, relay.turn.message()))
@@ -241,20 +242,6 @@ _FORWARDED = (b"anthropic-version", b"anthropic-beta", b"openai-beta")
 def _forwarded_headers(headers: Headers) -> dict[str, str]:
     """Protocol headers a native upstream needs from the client."""
     return {k.decode(): v.decode("latin-1") for k, v in headers if k in _FORWARDED}
-
-
-def _one_shot(body: bytes, receive: Any) -> Callable[[], Any]:
-    """`receive` for the hot path: the translated body first, then the client's own messages (disconnects)."""
-    sent = False
-
-    async def inner() -> dict[str, Any]:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return inner
 
 
 class _Relay:
