@@ -42,6 +42,10 @@ def make_trajectory(
     policy_version: str | None = "p1-base",
 ) -> Trajectory:
     """A two-call support run: a tool call, its result, and a final answer."""
+    lookup = ChatMessage(
+        role="assistant",
+        tool_calls=[ToolCall(id="call_1", function=FunctionCall(name="lookup_order", arguments='{"id": 4411}'))],
+    )
     first = LLMCallStep(
         model="m",
         request_messages=[
@@ -50,12 +54,7 @@ def make_trajectory(
         ],
         choices=[
             CompletionChoice(
-                message=ChatMessage(
-                    role="assistant",
-                    tool_calls=[
-                        ToolCall(id="call_1", function=FunctionCall(name="lookup_order", arguments='{"id": 4411}'))
-                    ],
-                ),
+                message=lookup,
                 finish_reason="tool_calls",
                 completion_token_ids=[5, 6, 7] if token_ids else None,
                 logprobs=[-0.1, -0.2, -0.3] if token_ids else None,
@@ -78,7 +77,7 @@ def make_trajectory(
         model="m",
         request_messages=[
             *first.request_messages,
-            first.choices[0].message,
+            lookup,
             ChatMessage(role="tool", tool_call_id="call_1", content='{"status": "shipped"}'),
         ],
         choices=[
