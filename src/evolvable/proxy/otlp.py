@@ -28,7 +28,6 @@ from evolvable.protocol.models import (
     TrajectoryStarted,
     events_for,
 )
-from evolvable.proxy.app import ProxyRuntime
 from evolvable.proxy.hooks import Governor, Principal
 from evolvable.proxy.otlp_codec import (
     JSON,
@@ -39,6 +38,7 @@ from evolvable.proxy.otlp_codec import (
     encode_status,
     inflate,
 )
+from evolvable.proxy.runtime import ProxyRuntime
 from evolvable.proxy.sessions import KEY_PREFIX
 from evolvable.store import Store
 

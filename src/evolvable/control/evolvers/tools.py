@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from evolvable.control.decision import Proposal
-from evolvable.control.evolvers import EvolveContext, HarnessCandidate, LeverUnavailable
+from evolvable.control.evolvers.base import EvolveContext, HarnessCandidate, LeverUnavailable
 from evolvable.control.models import Lever
 from evolvable.errors import NotFound
 from evolvable.protocol.models import StepStatus
