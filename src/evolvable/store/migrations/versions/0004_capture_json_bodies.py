@@ -28,7 +28,9 @@ def _retype(target: str) -> None:
         return
     for table in BODY_TABLES:
         op.execute(f"ALTER TABLE {table} ALTER COLUMN body TYPE {target} USING body::text::{target}")
-    statements = "\n".join(f"EXECUTE 'ALTER TABLE {table} ALTER COLUMN body SET COMPRESSION lz4';" for table in BODY_TABLES)
+    statements = "\n".join(
+        f"EXECUTE 'ALTER TABLE {table} ALTER COLUMN body SET COMPRESSION lz4';" for table in BODY_TABLES
+    )
     op.execute(
         f"""DO $$
 BEGIN
