@@ -35,6 +35,8 @@ from evolvable.proxy.hooks import (
 )
 from evolvable.proxy.limits import BodyTooLarge, ClientGone, read_body, replay
 from evolvable.proxy.metrics import metrics_router, observe_capture, observed
+from evolvable.proxy.records import CaptureRecord
+from evolvable.proxy.records import encode as encode_record
 from evolvable.proxy.sessions import Session, SessionManager
 from evolvable.proxy.spool import Spool
 from evolvable.proxy.upstream import UpstreamClient
@@ -116,9 +118,9 @@ class ProxyRuntime:
         check = getattr(self.authenticator, "key_active", None)
         return True if check is None else bool(await asyncio.to_thread(check, session.minted_by))
 
-    async def spool_record(self, record: dict[str, Any]) -> bool:
+    async def spool_record(self, record: CaptureRecord) -> bool:
         observe_capture(record)
-        return await self.spool_record_bytes(orjson.dumps(record, default=str), record.get("id"))
+        return await self.spool_record_bytes(encode_record(record), record.id)
 
     async def spool_record_bytes(self, payload: bytes, record_id: Any = None) -> bool:
         """Spool a capture record; True once it is safe (in the segment file, or queued when

@@ -21,6 +21,7 @@ from evolvable.errors import UpstreamError
 from evolvable.protocol.models import SkillUseStep
 from evolvable.proxy.app import ProxyRuntime
 from evolvable.proxy.errors import APIError
+from evolvable.proxy.records import StepRecord
 from evolvable.proxy.routes import _caller
 from evolvable.proxy.sessions import KEY_PREFIX, Session
 
@@ -117,14 +118,13 @@ def usage_step(body: dict[str, Any], payload: bytes, model: str, upstream: str, 
 async def _record(rt: ProxyRuntime, session: Session, step: SkillUseStep) -> None:
     step.agent = session.agent
     await rt.spool_record(
-        {
-            "t": "step",
-            "id": step.id,
-            "traj": session.id,
-            "tenant": session.tenant_id,
-            "end_user": session.end_user,
-            "step": step.model_dump(mode="json"),
-            "at": time.time(),
-        }
+        StepRecord(
+            id=step.id,
+            trajectory_id=session.id,
+            tenant_id=session.tenant_id,
+            end_user=session.end_user,
+            step=step.model_dump(mode="json"),
+            at=time.time(),
+        )
     )
     rt.sessions.touch(session)

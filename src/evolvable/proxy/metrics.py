@@ -19,6 +19,7 @@ from fastapi.responses import Response
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from evolvable.proxy.records import CallRecord, CaptureRecord
 from evolvable.proxy.spool import segment_path
 from evolvable.telemetry import metrics
 
@@ -105,21 +106,21 @@ async def observed(app: Any, scope: dict[str, Any], receive: Any, send: Any) -> 
                 overhead.observe(float(seen[1]) / 1000.0)
 
 
-def observe_capture(record: dict[str, Any]) -> None:
+def observe_capture(record: CaptureRecord) -> None:
     """A capture record on its way to the spool: upstream latency and time to first token of a call."""
-    if record.get("t") != "call":
+    if not isinstance(record, CallRecord):
         return
-    upstream = record.get("up") or ""
+    upstream = record.upstream or ""
     series = _upstream_series.get(upstream)
     if series is None:
         series = _upstream_series[upstream] = (
             metrics.UPSTREAM_LATENCY.labels(upstream),
             metrics.TIME_TO_FIRST_TOKEN.labels(upstream),
         )
-    if record.get("lat") is not None:
-        series[0].observe(record["lat"] / 1000.0)
-    if record.get("ttft") is not None:
-        series[1].observe(record["ttft"] / 1000.0)
+    if record.latency_ms is not None:
+        series[0].observe(record.latency_ms / 1000.0)
+    if record.ttft_ms is not None:
+        series[1].observe(record.ttft_ms / 1000.0)
 
 
 def spool_backlog_bytes(directory: Path, end: tuple[int, int], checkpoint: tuple[int, int]) -> int:

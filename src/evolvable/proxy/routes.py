@@ -30,6 +30,7 @@ from evolvable.proxy.capture import tool_step_id
 from evolvable.proxy.errors import APIError
 from evolvable.proxy.hooks import Principal, Role, SessionContext
 from evolvable.proxy.limits import InvalidInput, check_depth, check_storable
+from evolvable.proxy.records import CaptureRecord, EndRecord, SessionRecord, SignalRecord, StepRecord
 from evolvable.proxy.sessions import KEY_PREFIX, Session, new_session_id
 from evolvable.store import InvalidCursor, TrajectoryFilter
 from evolvable.telemetry import metrics
@@ -146,7 +147,7 @@ async def _parse(request: Request, model: type[BaseModel]) -> Any:
     return parsed
 
 
-async def _capture(rt: ProxyRuntime, record: dict[str, Any]) -> None:
+async def _capture(rt: ProxyRuntime, record: CaptureRecord) -> None:
     """Spool a record written through the API; 503 when it cannot be (and capture fails closed)."""
     if not await rt.spool_record(record) and rt.fails_closed:
         raise APIError(
@@ -203,20 +204,19 @@ async def create_session(request: Request) -> Response:
         raise APIError(503, f"cannot create the session: {err}", "server_error") from None
     await _capture(
         rt,
-        {
-            "t": "session",
-            "id": session.id,
-            "traj": session.id,
-            "tenant": session.tenant_id,
-            "agent": session.agent,
-            "end_user": session.end_user,
-            "task_id": session.task_id,
-            "task_input": spec.task_input,
-            "metadata": spec.metadata,
-            "hv": harness_version,
-            "pv": policy_version,
-            "at": session.created_at.timestamp(),
-        },
+        SessionRecord(
+            id=session.id,
+            trajectory_id=session.id,
+            tenant_id=session.tenant_id,
+            agent=session.agent,
+            end_user=session.end_user,
+            task_id=session.task_id,
+            task_input=spec.task_input,
+            metadata=spec.metadata,
+            harness_version=harness_version,
+            policy_version=policy_version,
+            at=session.created_at.timestamp(),
+        ),
     )
     metrics.SESSIONS_STARTED.inc()
     return _json(
@@ -266,15 +266,14 @@ async def add_steps(session_id: str, request: Request) -> Response:
     for step in steps:
         await _capture(
             rt,
-            {
-                "t": "step",
-                "id": step.id,
-                "traj": session.id,
-                "tenant": session.tenant_id,
-                "end_user": session.end_user,
-                "step": step.model_dump(mode="json"),
-                "at": now,
-            },
+            StepRecord(
+                id=step.id,
+                trajectory_id=session.id,
+                tenant_id=session.tenant_id,
+                end_user=session.end_user,
+                step=step.model_dump(mode="json"),
+                at=now,
+            ),
         )
     rt.sessions.touch(session)
     return _json({"step_ids": [s.id for s in steps]}, 201)
@@ -317,14 +316,13 @@ async def add_signals(session_id: str, request: Request) -> Response:
     for signal in records:
         await _capture(
             rt,
-            {
-                "t": "signal",
-                "id": signal["id"],
-                "traj": session.id,
-                "tenant": session.tenant_id,
-                "end_user": session.end_user,
-                "signal": signal,
-            },
+            SignalRecord(
+                id=signal["id"],
+                trajectory_id=session.id,
+                tenant_id=session.tenant_id,
+                end_user=session.end_user,
+                signal=signal,
+            ),
         )
     return _json({"signal_ids": [s["id"] for s in records]}, 201)
 
@@ -336,18 +334,17 @@ async def end_session(
     await asyncio.to_thread(rt.sessions.end, session, status)
     metrics.SESSIONS_ENDED.labels(status).inc()
     return await rt.spool_record(
-        {
-            "t": "end",
-            "id": new_id("end"),
-            "traj": session.id,
-            "sess": session.id,
-            "tenant": session.tenant_id,
-            "end_user": session.end_user,
-            "status": status,
-            "outcome": outcome,
-            "reason": reason,
-            "at": time.time(),
-        }
+        EndRecord(
+            id=new_id("end"),
+            trajectory_id=session.id,
+            session_id=session.id,
+            tenant_id=session.tenant_id,
+            end_user=session.end_user,
+            status=status,
+            outcome=outcome,
+            reason=reason,
+            at=time.time(),
+        )
     )
 
 

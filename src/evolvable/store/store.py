@@ -76,11 +76,11 @@ class Store:
             if optimistic:
                 try:
                     with self._writer.begin() as conn:
-                        return ingest.apply(conn, parsed, optimistic=True)  # type: ignore[arg-type]
+                        return ingest.apply(conn, parsed, optimistic=True)
                 except pg_copy.CONFLICTS:
                     pass  # a row was stored already (a replay): again, skipping stored rows one table at a time
             with self._writer.begin() as conn:
-                return ingest.apply(conn, parsed)  # type: ignore[arg-type]
+                return ingest.apply(conn, parsed)
         except sa.exc.SQLAlchemyError as err:
             raise StoreError(f"writing {len(parsed)} events failed: {err.__class__.__name__}: {err}") from err
 
