@@ -103,7 +103,7 @@ class EndRecord(CaptureRecord, tag="end", kw_only=True):
 AnyRecord = SessionRecord | CallRecord | StepRecord | SignalRecord | EndRecord
 
 _ENCODER = msgspec.json.Encoder(enc_hook=str)
-_DECODER = msgspec.json.Decoder(AnyRecord)
+_DECODER: msgspec.json.Decoder[AnyRecord] = msgspec.json.Decoder(AnyRecord)
 
 
 def encode(record: CaptureRecord) -> bytes:
