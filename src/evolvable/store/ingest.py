@@ -112,7 +112,7 @@ def apply(conn: sa.Connection, events: Sequence[AnyEvent], *, optimistic: bool =
         if isinstance(e, TrajectoryStarted):
             starts.setdefault(e.trajectory_id, e)
     ends = [e for e in new if isinstance(e, TrajectoryEnded)]
-    ended_on_insert = _write_headers(conn, starts, existing, ends)
+    ended_on_insert = _write_headers(conn, starts, existing, ends, optimistic)
     _write_placeholders(conn, [e for e in new if e.trajectory_id not in existing and e.trajectory_id not in starts])
 
     step_rows = [step_row(e.trajectory_id, e.step) for e in new if isinstance(e, StepAppended)]
@@ -214,6 +214,7 @@ def _write_headers(
     starts: dict[str, TrajectoryStarted],
     existing: dict[str, sa.Row[Any]],
     ends: Sequence[TrajectoryEnded],
+    optimistic: bool = False,
 ) -> set[str]:
     """Insert new trajectories (their end events of this batch already applied) and fill placeholders.
 
@@ -223,7 +224,10 @@ def _write_headers(
     fresh = sorted((header_row(e.header) for tid, e in starts.items() if tid not in existing), key=lambda r: r["id"])
     _fold_ends(fresh, ends)
     inserted: set[str] = set()
-    if fresh:
+    if fresh and optimistic and len(fresh) >= COPY_MIN_ROWS // 4:
+        pg_copy.copy_rows(conn, trajectories, fresh)  # a row another writer made meanwhile: the caller retries
+        inserted = {row["id"] for row in fresh}
+    elif fresh:
         inserted = set(conn.scalars(_statements(conn.dialect.name)["insert_headers"], fresh))
     raced = [row["id"] for row in fresh if row["id"] not in inserted]  # another writer made it meanwhile
     rows = dict(existing) | _existing(conn, raced)
