@@ -46,6 +46,9 @@ from evolvable.proxy.writer import BackgroundWriter, WriterRunner, WriterStats
 from evolvable.store import Store
 from evolvable.telemetry.metrics import configure_writer_snapshot
 
+GC_YOUNG_THRESHOLD = 7000
+"""Allocations between young-generation collections in the serving proxy (CPython's default: 700)."""
+
 log = logging.getLogger("evolvable.proxy")
 
 
@@ -194,6 +197,9 @@ class ProxyRuntime:
         # process: keep it out of the cyclic GC, whose full collections otherwise show up as p99 spikes.
         gc.collect()
         gc.freeze()
+        # Every young-generation collection of the serving proxy cost ~20 ms of CPU however little it
+        # collected (docs/PERFORMANCE.md, capture path): a stall in the c=1 p99. Collect it 10x less often.
+        gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
 
     def _open_durable_parts(self) -> None:
         self.spool.open()
