@@ -15,6 +15,7 @@ import atexit
 import gc
 import json
 import os
+import signal
 import sys
 import time
 from typing import Any
@@ -79,6 +80,14 @@ def _dump() -> None:
         json.dump(report, f)
 
 
+def _on_sigterm(signum: int, frame: object) -> None:
+    """uvicorn re-raises the SIGTERM it caught once it has shut down; its default action skips atexit."""
+    _dump()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
 if OUT:
     gc.callbacks.append(_callback)
     atexit.register(_dump)
+    signal.signal(signal.SIGTERM, _on_sigterm)
