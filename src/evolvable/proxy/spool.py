@@ -641,22 +641,19 @@ class _Syncer:
         with self._lock:
             retired, self._retired = self._retired, []
             sync_dir, self._sync_dir = self._sync_dir, False
-        try:
-            for fd in retired:
-                try:
-                    os.fdatasync(fd)
-                finally:
-                    os.close(fd)
-            if sync_dir:
+        active = self.spool._dup_active()
+        for fd in [*retired, *([active] if active is not None else [])]:
+            try:
+                os.fdatasync(fd)
+            except OSError as err:  # reported like a failed write; the next interval tries again
+                self.spool._record_failure(err, 0)
+            finally:
+                os.close(fd)
+        if sync_dir:
+            try:
                 _fsync_dir(self.spool.directory)
-            fd = self.spool._dup_active()
-            if fd is not None:
-                try:
-                    os.fdatasync(fd)
-                finally:
-                    os.close(fd)
-        except OSError as err:  # reported like a failed write; the next interval tries again
-            self.spool._record_failure(err, 0)
+            except OSError as err:
+                self.spool._record_failure(err, 0)
 
 
 def _acquire_dir_lock(directory: Path) -> int:
