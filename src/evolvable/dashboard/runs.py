@@ -18,6 +18,7 @@ from evolvable.control.statistics import Clusterer, summarize
 from evolvable.dashboard.access import Viewer, json_response, viewer
 from evolvable.errors import InvalidRequest, NotFound, ResourceNotFound
 from evolvable.protocol.models import LLMCallStep, SignalKind, Trajectory, TrajectoryStatus, new_id, utcnow
+from evolvable.proxy.records import SignalRecord
 from evolvable.store import InvalidCursor, Store, TrajectoryFilter
 from evolvable.store.reviews import recent_signals, trajectories_with_signal
 
@@ -148,14 +149,7 @@ def runs_router(clusterer: Clusterer | None) -> APIRouter:
             "metadata": {"key_id": v.actor, "comment": body.comment},
         }
         await rt.spool_record(
-            {
-                "t": "signal",
-                "id": signal["id"],
-                "traj": t.id,
-                "tenant": t.tenant_id,
-                "end_user": t.end_user,
-                "signal": signal,
-            }
+            SignalRecord(id=signal["id"], trajectory_id=t.id, tenant_id=t.tenant_id, end_user=t.end_user, signal=signal)
         )
         await rt.flush()
         return json_response({"signal_id": signal["id"], "trajectory_id": t.id}, 201)
