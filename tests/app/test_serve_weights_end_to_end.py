@@ -78,11 +78,12 @@ control:
     overrides:
       lora_r: 4
       lora_alpha: 8
-      lora_top_layers: 2
+      lora_top_layers: 1
       lr: 1.0e-4
-      rollout_batch_size: 8
-      micro_batch_size: 2
+      rollout_batch_size: 16
+      micro_batch_size: 4
       grad_accum_steps: 1
+      proximal_from_behaviour: true
       max_seq_len: 768
 """
     )
@@ -166,7 +167,7 @@ def test_the_weights_rule_trains_a_job_publishes_the_gated_snapshot_and_canaries
     status = httpx.get(f"{base}/control/status", headers=auth, timeout=30)
     assert status.status_code == 200 and status.json()[AGENT]["policy"]["active"], status.text
     live_episode(base, key, travel_tasks(1, seed=50, prefix="during")[0], temperature=0.9)
-    wait_for("the job's ranks to report", lambda: len(list((run_dir / "ranks").glob("rank-*.json"))) == 2, 300, 2)
+    wait_for("the job's ranks to report", lambda: len(list((run_dir / "ranks").glob("rank-*.json"))) == 2, 900, 2)
     assert not (run_dir / "error.json").exists(), (run_dir / "error.json").read_text()
     ranks = [json.loads(p.read_text()) for p in sorted((run_dir / "ranks").glob("rank-*.json"))]
     assert len(ranks) == 2  # accelerate launch ran two processes
@@ -176,7 +177,7 @@ def test_the_weights_rule_trains_a_job_publishes_the_gated_snapshot_and_canaries
         found = (d for d in decisions(base, auth) if d["candidate_version"] and d["state"] != "proposed")
         return next(found, None)  # "proposed": its gates still run
 
-    decision = wait_for("the gated snapshot to be published", published, 240, 2)
+    decision = wait_for("the gated snapshot to be published", published, 600, 2)
     assert decision["lever"] == "weights" and decision["candidate_kind"] == "policy", decision
     assert "safety" in decision["gates"], decision
     assert decision["gates"]["safety"]["passed"] is True and "replay" in decision["gates"], decision["gates"]
@@ -187,9 +188,9 @@ def test_the_weights_rule_trains_a_job_publishes_the_gated_snapshot_and_canaries
     assert candidate.kind == VersionKind.policy and decision["baseline_version"] == candidate.parent_id
     spec = candidate.policy()
     assert spec.lora_name and spec.lora_name in loaded_adapters(policy_url)  # hot-loaded
-    gate = candidate.metrics["snapshot_gate"]
+    gate = candidate.lineage["metrics"]["snapshot_gate"]
     assert gate["tasks"] == 4 and gate["chosen_step"] is not None, gate
-    assert candidate.metrics["job"] == job_dir.name
+    assert candidate.lineage["metrics"]["job"] == job_dir.name
     assert json.loads(candidate.lineage["data_snapshot"])["trajectory_ids"]  # erasure can find it
 
     # The canary runs on live sessions until the rollout is decided.

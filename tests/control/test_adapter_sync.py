@@ -121,8 +121,9 @@ def test_the_embedded_policy_server_unloads_retired_adapters(tmp_path: Path) -> 
         torch.manual_seed(i)
         config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj"], init_lora_weights=False)
         paths[name] = str(tmp_path / name)
-        get_peft_model(model, config).save_pretrained(paths[name])
-        model = get_peft_model(model, config).unload()  # the base model again for the next adapter
+        peft_model = get_peft_model(model, config)
+        peft_model.save_pretrained(paths[name])
+        model = peft_model.unload()  # the base model again for the next adapter
     store = Store.open(f"sqlite:///{tmp_path / 'store.db'}")
     registry = Registry(store.engine)
     base = registry.register_policy(AGENT, PolicySpec(base_model="smollm2-135m"), state=VersionState.active).id
