@@ -1,7 +1,8 @@
 """Bad input to the weights lever, through the composition root built from a configuration file: a job that
 crashes, a launcher command that fails, an unreachable policy server, a vLLM(-shaped server) that rejects
-the adapter. Each leaves the served policy unchanged, registers no candidate, and the decision record says
-why. The jobs are real separate processes (a tiny random model, so each trains in seconds)."""
+the adapter; and a snapshot gate that keeps the served policy. Each leaves the served policy unchanged,
+registers no candidate, and the decision record says why. The jobs are real separate processes (a tiny
+random model, so each trains in seconds)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from tests.trainer.conftest import make_trajectory
 
 from evolvable.app.config import load_config
 from evolvable.app.stack import Stack, build_control_only
+from evolvable.control.adapters import loaded_adapters
 from evolvable.control.models import VersionKind, VersionState
 from evolvable.control.registry import Registry
 from evolvable.policy_server.launcher import free_port
@@ -51,12 +53,21 @@ def vllm() -> Iterator[str]:
         yield url
 
 
-def stack_from(tmp_path: Path, policy_url: str, launcher: dict[str, Any], overrides: dict[str, Any]) -> Stack:
+def stack_from(
+    tmp_path: Path,
+    policy_url: str,
+    launcher: dict[str, Any],
+    overrides: dict[str, Any],
+    workload: dict[str, Any] | None = None,
+) -> Stack:
+    agent: dict[str, Any] = {"name": AGENT, "policy": {"base_model": "tiny-random-llama", "upstream": "vllm"}}
+    if workload is not None:
+        agent["workload"] = workload
     config = {
         "store": {"url": f"sqlite:///{tmp_path / 'store.db'}"},
         "policy_servers": [{"name": "vllm", "kind": "vllm", "url": policy_url}],
         "governance": {"enabled": False},
-        "agents": [{"name": AGENT, "policy": {"base_model": "tiny-random-llama", "upstream": "vllm"}}],
+        "agents": [agent],
         "control": {
             "tick_interval_s": 0,
             "levers": ["weights"],
@@ -133,3 +144,19 @@ def test_an_unreachable_policy_server_leaves_the_served_policy_and_says_why(tmp_
         evolver = decision["gates"]["evolver"]
         assert evolver.startswith("weights lever: adapter trained but not loadable: cannot reach"), evolver
         assert_served_policy_unchanged(stack)
+
+
+def test_a_gate_that_keeps_the_served_policy_publishes_nothing_and_unloads_the_snapshots(
+    tmp_path: Path, vllm: str
+) -> None:
+    """The scripted workload's outcomes do not depend on the policy: no snapshot solves more validation
+    tasks than the served policy, so the measured rule (`min_gain: 1`) publishes nothing."""
+    launcher = {"kind": "local", "tool": "python"}
+    scripted = {"object": "tests.app.scripted_workload:workload"}
+    with stack_from(tmp_path, vllm, launcher, TINY, workload=scripted) as stack:
+        decision = tick_until_settled(stack)
+        assert decision["state"] == "unavailable" and decision["candidate_version"] is None, decision
+        evolver = decision["gates"]["evolver"]
+        assert evolver.startswith("weights: the snapshot gate kept the served policy: no snapshot beat"), evolver
+        assert_served_policy_unchanged(stack)
+        assert loaded_adapters(vllm) == set()  # the snapshots loaded for validation were unloaded
