@@ -9,8 +9,9 @@ weights lever and makes it eligible on a dozen runs; then the product, unaided:
   (`accelerate launch`, 2 processes on the CPU) and returns: serve keeps answering while it trains;
 - a later tick gates the job's snapshot on the workload's validation tasks and publishes it: hot-loaded
   into the policy server, registered as a candidate policy version, through the safety and replay gates;
-- the policy canary routes live sessions to the adapter and promotes it or rolls it back, and a rolled
-  back (or superseded) adapter is unloaded from the server.
+- the policy canary routes live sessions to the adapter and promotes it or rolls it back; a rolled back
+  adapter is unloaded from the server (a promoted one is then rolled back through the API, so that path
+  runs every time).
 
 A tiny training budget cannot be expected to beat the served policy, so the configuration sets the
 snapshot gate's `min_gain` below zero (docs/training.md): the gate still runs and its verdict is asserted,
@@ -209,10 +210,13 @@ def test_the_weights_rule_trains_a_job_publishes_the_gated_snapshot_and_canaries
     if rollout["state"] == "promoted":
         assert status["policy"]["active"] == candidate.id
         assert spec.lora_name in loaded_adapters(policy_url)
-    else:  # the served policy is the one before, and the retired adapter leaves the server
-        assert status["policy"]["active"] == decision["baseline_version"]
-        wait_for(
-            "the rolled-back adapter to be unloaded", lambda: spec.lora_name not in loaded_adapters(policy_url), 30
-        )
+        # An operator rolls the promoted adapter back through the API: its server frees it at once.
+        undone = httpx.post(f"{base}/control/rollouts/{rollout['id']}/rollback", headers=admin, timeout=120)
+        assert undone.status_code == 200 and undone.json()["state"] == "rolled_back", undone.text
+        assert spec.lora_name not in loaded_adapters(policy_url)
+        status = httpx.get(f"{base}/control/status", headers=auth, timeout=30).json()[AGENT]
+    # Either way the policy before serves again and the retired adapter has left the server.
+    assert status["policy"]["active"] == decision["baseline_version"]
+    wait_for("the rolled-back adapter to be unloaded", lambda: spec.lora_name not in loaded_adapters(policy_url), 30)
     engine.dispose()
     print(f"\nweights decision {decision['state']}, verdict {decision['verdict']}, gate {gate['reason']}")
