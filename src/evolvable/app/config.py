@@ -225,6 +225,17 @@ class LauncherSection(Section):
         return self
 
 
+class SnapshotGateSection(Section):
+    """The weights lever's snapshot gate (control/snapshot_gate.py)."""
+
+    min_gain: int = 1
+    """Validation tasks a snapshot must solve beyond the served policy (1: strictly better, the measured
+    rule). 0 or less publishes snapshots that are not better; only for tests that must exercise the
+    publish, hot-load and canary path with a tiny training budget."""
+    max_cluster_loss: int = Field(1, ge=0)
+    """A snapshot fails when any cluster solves more than this many fewer tasks than the served policy."""
+
+
 class WeightsEvolverSection(Section):
     output_dir: Path = Path(".evolvable/rl")
     overrides: dict[str, Any] = Field(default_factory=dict)
@@ -232,6 +243,7 @@ class WeightsEvolverSection(Section):
     launcher: LauncherSection = Field(default_factory=LauncherSection)
     snapshot_points: int = Field(3, ge=1)
     """Snapshots of a job (evenly spaced, the last included) gated against the served policy."""
+    gate: SnapshotGateSection = Field(default_factory=SnapshotGateSection)
     erasure: Literal["retire", "retrain"] = "retire"
     """What a purge does to an adapter trained on purged runs (docs/training.md)."""
 

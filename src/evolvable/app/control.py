@@ -15,6 +15,7 @@ import yaml
 
 from evolvable.app.config import AgentConfig, ConfigError, EvolvableConfig, WorkloadSection
 from evolvable.app.endpoints import hot_load_targets, model_endpoint, upstream_url
+from evolvable.control.adapters import AdapterSync
 from evolvable.control.decision import DecisionConfig
 from evolvable.control.gates import GateConfig, ReplaySuite
 from evolvable.control.judge import judge_from_settings
@@ -73,7 +74,7 @@ def weights_evolver(config: EvolvableConfig, store: Store | None, servers: tuple
         output_root=w.output_dir,
         config_overrides=dict(w.overrides) or None,
         jobs=jobs,
-        gate=SnapshotGateConfig(points=w.snapshot_points),
+        gate=SnapshotGateConfig(points=w.snapshot_points, **w.gate.model_dump()),
     )
 
 
@@ -194,6 +195,8 @@ def build_planes(
     judge_runner = judge_from_settings(asdict(judge)) if judge is not None else None
     clusterers = ClustererStore(store.engine)
     clustering = ClusteringConfig(**config.control.clustering.model_dump())
+    servers = hot_load_targets(config.policy_servers, policy_endpoints or {})
+    adapters = AdapterSync(servers) if servers else None
 
     def make(tenant: str) -> ControlPlane:
         return ControlPlane(
@@ -206,6 +209,7 @@ def build_planes(
             judge_model=judge,
             judge=judge_runner,
             clusters=TaskClusters(clusterers, tenant, clustering),
+            adapters=adapters,
         )
 
     planes = ControlPlanes(make=make, leader=leader)

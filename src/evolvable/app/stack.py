@@ -19,7 +19,7 @@ from typing import Any
 
 from evolvable.app.config import EvolvableConfig
 from evolvable.app.control import build_planes
-from evolvable.app.endpoints import launch_policy_servers, proxy_config, secret
+from evolvable.app.endpoints import hot_load_targets, launch_policy_servers, proxy_config, secret
 from evolvable.control.tenancy import ControlPlanes
 from evolvable.proxy.config import ProxyConfig
 from evolvable.settings import get_settings
@@ -63,7 +63,7 @@ def _tokenizers(config: EvolvableConfig) -> Any:
     return None
 
 
-def _governance(config: EvolvableConfig, store: Store) -> Any:
+def _governance(config: EvolvableConfig, store: Store, policy_endpoints: dict[str, str]) -> Any:
     from evolvable.control.erasure import control_erasers
     from evolvable.governance import Governance
 
@@ -76,7 +76,11 @@ def _governance(config: EvolvableConfig, store: Store) -> Any:
         retention_interval_s=g.retention_interval_s,
         admin_key=admin_key,
         tokenizers=_tokenizers(config),
-        erasers=control_erasers(store.engine, config.control.weights.erasure),
+        erasers=control_erasers(
+            store.engine,
+            config.control.weights.erasure,
+            hot_load_targets(config.policy_servers, policy_endpoints),
+        ),
     )
 
 
@@ -107,7 +111,7 @@ def build_stack(config: EvolvableConfig, *, log_dir: Path | None = None) -> Stac
         routers: list[Any] = []
         governor = authenticator = None
         if config.governance.enabled:
-            stack.governance = _governance(config, stack.store)
+            stack.governance = _governance(config, stack.store, stack.policy_endpoints)
             governor, authenticator = stack.governance.governor, stack.governance.authenticator
             routers += stack.governance.routers
         if config.control.enabled:

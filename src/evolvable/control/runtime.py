@@ -17,13 +17,14 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evolvable.control.decision import DecisionConfig, DecisionContext, Proposal, decide
 from evolvable.control.evolvers import (
     EvolveContext,
     Evolver,
     HarnessCandidate,
+    LeverPending,
     LeverUnavailable,
     PolicyCandidate,
     default_evolvers,
@@ -56,6 +57,9 @@ from evolvable.control.task_clusters import TaskClusters
 from evolvable.errors import ControlError
 from evolvable.protocol.harness import Harness
 from evolvable.store import Store
+
+if TYPE_CHECKING:
+    from evolvable.control.adapters import AdapterSync
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +123,7 @@ class ControlPlane:
         judge_model: Any = None,
         clusters: TaskClusters | None = None,
         judge: Judge | None = None,
+        adapters: AdapterSync | None = None,
     ) -> None:
         self.store = store
         self.tenant = tenant
@@ -140,6 +145,8 @@ class ControlPlane:
         self.sub_agents: dict[str, str] = {}
         """sub-agent -> the orchestrator whose sessions hold its calls (`register_sub_agent`)."""
         """Scores ended runs that carry no outcome (judge signals), before the statistics read them."""
+        self.adapters = adapters
+        """Keeps the policy servers' loaded adapters in step with the registry after every change."""
         self._tick_lock = threading.Lock()
 
     # ------------------------------------------------------------------ setup
@@ -182,6 +189,7 @@ class ControlPlane:
                     log.exception("control tick failed for %s", name)
                     report.actions.append(f"{name}: tick failed: {type(err).__name__}: {err}")
             self._refresh_router()
+            report.actions += self._sync_adapters()
             return report
 
     def _abandon_interrupted(self, report: TickReport) -> None:
@@ -402,7 +410,10 @@ class ControlPlane:
                 raise LeverUnavailable(f"{proposal.lever.value} lever unavailable: no evolver configured")
             return evolver.propose(ectx, proposal)
         except LeverUnavailable as err:
-            self.journal.update_decision(decision_id, state=DecisionState.unavailable, gates={"evolver": str(err)})
+            why: dict[str, Any] = {"evolver": str(err)}
+            if isinstance(err, LeverPending):
+                why["pending"] = True  # a background job: the next tick continues it (no cooldown)
+            self.journal.update_decision(decision_id, state=DecisionState.unavailable, gates=why)
             report.actions.append(f"{say}: {err}")
         except Exception as err:  # recorded, never silently dropped
             log.exception("evolver %s failed", proposal.lever.value)
@@ -629,6 +640,7 @@ class ControlPlane:
         if rollout.decision_id:
             self.journal.update_decision(rollout.decision_id, state=DecisionState.promoted)
         self._refresh_router()
+        self._sync_adapters()
         return rollout
 
     def rollback(
@@ -657,6 +669,7 @@ class ControlPlane:
                 values |= {"verdict": verdict, "verdict_detail": {"measured_on": "canary", "reason": reason}}
             self.journal.update_decision(rollout.decision_id, **values)
         self._refresh_router()
+        self._sync_adapters()
         return rollout
 
     def approve(self, decision_id: str, *, actor: str = "user") -> Decision:
@@ -719,6 +732,16 @@ class ControlPlane:
                 "calibration": calibration(self.journal.decisions(name, limit=200)),
             }
         return out
+
+    def _sync_adapters(self) -> list[str]:
+        """Unload retired adapters from the policy servers, load serving ones (control/adapters.py)."""
+        if self.adapters is None:
+            return []
+        try:
+            return self.adapters.sync(Registry(self.store.engine, tenant=None))
+        except Exception as err:  # the next change retries; serving never waits for it
+            log.exception("adapter sync failed")
+            return [f"adapters not synchronised: {type(err).__name__}: {err}"]
 
     def _refresh_router(self) -> None:
         if self.router is not None:

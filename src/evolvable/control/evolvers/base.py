@@ -17,6 +17,11 @@ class LeverUnavailable(ControlError):
     """The lever cannot run in this installation; the decision records the reason verbatim."""
 
 
+class LeverPending(LeverUnavailable):
+    """The lever's work is under way in the background (a training job); a later tick continues it.
+    The decision records it as `pending` in its gates, and it does not cool the lever down."""
+
+
 @dataclass
 class EvolveContext:
     agent: str
