@@ -153,6 +153,8 @@ class ModelEndpointSection(Section):
     model: str
     api_key_env: str | None = None
     timeout_s: float = Field(60.0, gt=0)
+    max_tokens: int | None = Field(None, ge=1)
+    """Longest answer; None: the caller's default (evolver 400, judge 300)."""
     prefill: bool = False
     """Start the model's answer with the JSON opening (the server must continue a final assistant message,
     as the embedded policy server and vLLM do): small models answer in prose otherwise."""

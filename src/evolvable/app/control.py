@@ -88,7 +88,12 @@ def evolvers(
     if c.evolver is not None:
         url, key = model_endpoint(c.evolver, proxy, "control.evolver.api_key_env")
         model = EvolverModel(
-            base_url=url, model=c.evolver.model, api_key=key, timeout_s=c.evolver.timeout_s, prefill=c.evolver.prefill
+            base_url=url,
+            model=c.evolver.model,
+            api_key=key,
+            timeout_s=c.evolver.timeout_s,
+            prefill=c.evolver.prefill,
+            **({"max_tokens": c.evolver.max_tokens} if c.evolver.max_tokens else {}),
         )
     servers = hot_load_targets(config.policy_servers, policy_endpoints)
     out = default_evolvers(model, policy_servers=servers)
@@ -111,6 +116,7 @@ def judge_model(config: EvolvableConfig, proxy: ProxyConfig) -> JudgeModel | Non
         timeout_s=j.timeout_s,
         rubrics=rubrics or None,
         prefill=j.prefill,
+        max_tokens=j.max_tokens,
     )
 
 
