@@ -2,7 +2,8 @@
 
 Built only through the plugin interface: the control plane sees a `ReplaySuite` and nothing else.
 Options: `gate_tasks` (default 20), `safety_tasks` (default 8), `seed`, `concurrency`, `max_turns`,
-`max_tokens`.
+`max_tokens`, `explore_max_plans` (plans the memory lever's exploration tries per recorded ticket).
+Its runner can explore (explore.py), so the memory lever finds exemplars for intents live traffic never solves.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ class ItHelpdeskWorkload:
             concurrency=int(options.get("concurrency", 8)),
             max_turns=int(options.get("max_turns", 4)),
             max_tokens=int(options.get("max_tokens", 96)),
+            sanitize=context.sanitize,
+            explore_max_plans=int(options.get("explore_max_plans", 64)),
         )
         holdout = generate_tasks("holdout", int(options.get("gate_tasks", 20)), seed=seed + GATE_SEED_OFFSET)
         safety = generate_tasks("safety", int(options.get("safety_tasks", 8)), seed=seed)
