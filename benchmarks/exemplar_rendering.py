@@ -5,8 +5,10 @@ default harness on the embedded model. Those exemplars are then rendered as
 
     none          no exemplars (the default harness alone)
     raw           as found, customer names, emails and addresses included (never served: the baseline)
-    placeholders  redacted with placeholders (`<EMAIL_1>`, `<ADDRESS_1>`): what the demo served before
-    surrogates    redacted with fictitious values of the same kind (app/redaction.py, now the default)
+    placeholders  redacted with placeholders (`<EMAIL_1>`, `<ADDRESS_1>`): what the memory lever serves
+                  (app/redaction.py; one placeholder map per exemplar)
+    surrogates    redacted, then each placeholder of a personal kind swapped for a fictitious value of the
+                  same shape (`customer1@example.com`, `1 Example Street`), consistently
 
 and each harness answers the same report tickets (the demo's report set and the gate's tickets) greedily.
 Per intent counts show where a rendering helps or hurts.
@@ -19,15 +21,39 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from evolvable.app.redaction import exemplar_redactor
 from evolvable.policy_server.launcher import policy_server
+from evolvable.protocol.harness import MemoryExemplar
 from evolvable.workloads.support_desk import default_harness, evaluate, generate_tasks
 from evolvable.workloads.support_desk.replay import SupportDeskRunner
 
 RESULTS = Path(__file__).parent / "results" / "exemplar_rendering.json"
+PLACEHOLDER = re.compile(r"<(EMAIL|PERSON|ADDRESS|PHONE)_(\d+)>")
+STAND_INS: dict[str, Callable[[int], str]] = {
+    "EMAIL": lambda n: f"customer{n}@example.com",
+    "PERSON": lambda n: "Customer" if n == 1 else f"Customer {n}",
+    "ADDRESS": lambda n: f"{n} Example Street",
+    "PHONE": lambda n: f"+1 555 0100 {n:03d}",
+}
+
+
+def with_stand_ins(exemplar: MemoryExemplar) -> MemoryExemplar:
+    """The redacted exemplar with fictitious values for its personal placeholders (the same one each time)."""
+
+    def swap(text: str) -> str:
+        return PLACEHOLDER.sub(lambda m: STAND_INS[m.group(1)](int(m.group(2))), text)
+
+    return exemplar.model_copy(
+        update={
+            "task_input": swap(exemplar.task_input),
+            "messages": [m.model_copy(update={"content": swap(m.text())}) for m in exemplar.messages],
+        }
+    )
 
 
 def main() -> None:
@@ -49,6 +75,7 @@ def main() -> None:
             endpoint, args.model, concurrency=16, max_turns=args.max_turns, max_tokens=args.max_tokens
         )
         found = runner.explore(default_harness(), None, train)
+        redact = exemplar_redactor()
         kept: dict[str, int] = {}
         raw = []
         for ex in found.exemplars:
@@ -58,8 +85,8 @@ def main() -> None:
         renderings = {
             "none": [],
             "raw": raw,
-            "placeholders": [exemplar_redactor(surrogates=False)(ex) for ex in raw],
-            "surrogates": [exemplar_redactor(surrogates=True)(ex) for ex in raw],
+            "placeholders": [redact(ex) for ex in raw],
+            "surrogates": [with_stand_ins(redact(ex)) for ex in raw],
         }
         arms = {}
         for name, memory in renderings.items():

@@ -1,4 +1,5 @@
-"""Explored exemplars are redacted before they reach the registry, with stand-ins where the model copies values."""
+"""Explored exemplars are redacted before they reach the registry: no personal value survives, and the
+placeholders are consistent within an exemplar (the ticket's email is the tool call's email)."""
 
 from __future__ import annotations
 
@@ -28,17 +29,11 @@ def _exemplar() -> MemoryExemplar:
     )
 
 
-def test_no_personal_value_survives_and_stand_ins_are_consistent() -> None:
+def test_no_personal_value_survives_and_placeholders_are_consistent() -> None:
     out = exemplar_redactor()(_exemplar())
     texts = [out.task_input, *(m.text() for m in out.messages)]
     for value in ("Femi", "Kim", "femi.kim48", "Harbor"):
         assert not any(value in t for t in texts), value
-    email = "customer1@example.com"
-    assert email in texts[1] and email in texts[3]  # the ticket's address is the one the tool call uses
-    assert "to: 1 Example Street, Fairview" in texts[1] and '"address": "1 Example Street, Fairview"' in texts[2]
+    assert "<EMAIL_1>" in texts[1] and '"email": "<EMAIL_1>"' in texts[3]
+    assert "to: <ADDRESS_1>, Fairview" in texts[1] and '"address": "<ADDRESS_1>, Fairview"' in texts[2]
     assert "order 44772" in texts[1]  # order numbers are not personal data: the exemplar keeps them
-
-
-def test_placeholders_when_asked() -> None:
-    out = exemplar_redactor(surrogates=False)(_exemplar())
-    assert "<EMAIL_1>" in out.messages[0].text() and '"email": "<EMAIL_1>"' in out.messages[2].text()

@@ -9,7 +9,6 @@ from evolvable.control.evolvers import EvolveContext, HarnessCandidate, LeverUna
 from evolvable.control.exploration import explorer_of
 from evolvable.control.models import Lever
 from evolvable.control.statistics import RunSummary, task_text_of
-from evolvable.control.surrogates import with_surrogates
 from evolvable.errors import NotFound
 from evolvable.protocol.harness import MemoryExemplar
 from evolvable.protocol.models import ChatMessage, LLMCallStep, Trajectory
@@ -20,7 +19,6 @@ def exemplar_from_trajectory(t: Trajectory, cluster: str | None = None) -> Memor
 
     The proxy records what it sent upstream, i.e. after harness application, so the system prompt and
     any retrieved exemplars are cut: the episode starts at the last user turn that carries the task.
-    Redaction placeholders become fictitious stand-ins (control/surrogates.py): the model imitates exemplars.
     """
     calls = [s for s in t.steps if isinstance(s, LLMCallStep) and s.response is not None]
     if not calls:
@@ -38,16 +36,14 @@ def exemplar_from_trajectory(t: Trajectory, cluster: str | None = None) -> Memor
                 start = i
     turns = [*messages[start:], last.response]
     clean = [
-        ChatMessage(role=m.role, content=with_surrogates(m.text()))
-        for m in turns
-        if m is not None and m.role in ("user", "assistant")
+        ChatMessage(role=m.role, content=m.text()) for m in turns if m is not None and m.role in ("user", "assistant")
     ]
     if not clean or clean[0].role != "user" or clean[-1].role != "assistant":
         return None
     return MemoryExemplar(
         id=f"ex-{t.id}",
         cluster=cluster,
-        task_input=with_surrogates(task_text) if task_text else clean[0].text(),
+        task_input=task_text or clean[0].text(),
         messages=clean,
         reward=t.outcome(),
         source_trajectory_id=t.id,
