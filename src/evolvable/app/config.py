@@ -117,6 +117,17 @@ class AgentPolicySection(Section):
     """Proxy upstream that serves it; None: the proxy's default upstream."""
 
 
+class RecordedReplaySection(Section):
+    """Gates from the agent's recorded traffic, used when it has no workload (control/recorded_replay.py)."""
+
+    per_cluster: int = Field(12, ge=1)
+    """Gate tasks (and report tasks) per cluster."""
+    refresh_s: float = Field(60.0, ge=0)
+    """How often the recorded task sets are re-read from the store."""
+    max_tokens: int = Field(128, ge=1)
+    """Longest replayed reply."""
+
+
 class AgentConfig(Section):
     name: str = Field(min_length=1, max_length=200)
     tenant: str = "default"
@@ -126,6 +137,7 @@ class AgentConfig(Section):
     harness: Path | None = None
     """Starting harness (JSON or YAML file); None: an empty harness (the agent's own prompt and tools)."""
     policy: AgentPolicySection | None = None
+    recorded_replay: RecordedReplaySection = Field(default_factory=RecordedReplaySection)
     replay_upstream: str | None = None
     """Proxy upstream replays run against (never the proxy itself, so replays are not training data)."""
     rubric: str | None = None
@@ -140,6 +152,8 @@ class ModelEndpointSection(Section):
     model: str
     api_key_env: str | None = None
     timeout_s: float = Field(60.0, gt=0)
+    max_tokens: int | None = Field(None, ge=1)
+    """Longest answer; None: the caller's default (evolver 400, judge 300)."""
     prefill: bool = False
     """Start the model's answer with the JSON opening (the server must continue a final assistant message,
     as the embedded policy server and vLLM do): small models answer in prose otherwise."""

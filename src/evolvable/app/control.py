@@ -6,6 +6,7 @@ and the workload plugin that gives its gates replay tasks and safety probes.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -89,7 +90,12 @@ def evolvers(
     if c.evolver is not None:
         url, key = model_endpoint(c.evolver, proxy, "control.evolver.api_key_env")
         model = EvolverModel(
-            base_url=url, model=c.evolver.model, api_key=key, timeout_s=c.evolver.timeout_s, prefill=c.evolver.prefill
+            base_url=url,
+            model=c.evolver.model,
+            api_key=key,
+            timeout_s=c.evolver.timeout_s,
+            prefill=c.evolver.prefill,
+            **({"max_tokens": c.evolver.max_tokens} if c.evolver.max_tokens else {}),
         )
     servers = hot_load_targets(config.policy_servers, policy_endpoints)
     out = default_evolvers(model, policy_servers=servers)
@@ -112,6 +118,7 @@ def judge_model(config: EvolvableConfig, proxy: ProxyConfig) -> JudgeModel | Non
         timeout_s=j.timeout_s,
         rubrics=rubrics or None,
         prefill=j.prefill,
+        max_tokens=j.max_tokens,
     )
 
 
@@ -150,6 +157,7 @@ def replay_suite(
     *,
     store: Store | None = None,
     judge: Any = None,
+    clusterer: Callable[[], Any] | None = None,
 ) -> ReplaySuite | None:
     """The agent's workload plugin; without one, replay from its recorded traffic judged by the judge model
     (single-turn counterfactuals, docs/control_plane.md); neither: no replay gate for this agent."""
@@ -162,14 +170,22 @@ def replay_suite(
         model=agent.policy.base_model if agent.policy else agent.name,
         api_key=api_key,
         sanitize=sanitize,
-        options=dict(agent.workload.options),
+        options=dict(agent.workload.options) if agent.workload is not None else agent.recorded_replay.model_dump(),
     )
     if agent.workload is None:
         from evolvable.control.recorded_replay import RecordedTrafficWorkload
 
         assert store is not None  # no workload and no store returned None above
 
-        return RecordedTrafficWorkload(store, agent.tenant, agent.name, judge=judge).suite(context)
+        recorded = RecordedTrafficWorkload(
+            store,
+            agent.tenant,
+            agent.name,
+            judge=judge,
+            per_cluster=agent.recorded_replay.per_cluster,
+            clusterer=clusterer,
+        )
+        return recorded.suite(context)
     try:
         return load_workload(agent.workload).suite(context)
     except WorkloadError:
@@ -219,7 +235,14 @@ def build_planes(
             PolicySpec(base_model=agent.policy.base_model, upstream=agent.policy.upstream) if agent.policy else None
         )
         plane.bootstrap(starting_harness(agent), policy)
-        suite = replay_suite(agent, proxy, sanitize, store=store, judge=judge_runner)
+        suite = replay_suite(
+            agent,
+            proxy,
+            sanitize,
+            store=store,
+            judge=judge_runner,
+            clusterer=functools.partial(plane.clusterer_of, agent.name),
+        )
         if suite is not None:
             plane.register_suite(agent.name, suite)
     return planes

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -33,6 +34,8 @@ class EvolveContext:
     active_policy: VersionRecord | None = None
     suite: Any = None
     """The agent's ReplaySuite, when one is registered (its runner may explore recorded tasks)."""
+    cancel: threading.Event = field(default_factory=threading.Event)
+    """Set when the decision's time budget ran out: a long evolver should stop; its result will be discarded."""
 
 
 @dataclass
