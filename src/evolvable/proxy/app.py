@@ -64,7 +64,7 @@ class ProxyRuntime:
         self.authenticator: Authenticator = authenticator or OpenAuthenticator()
         self.authenticator_is_open = authenticator is None
         self.rewriter = rewriter
-        self.sessions = SessionManager(store)
+        self.sessions = SessionManager(store, getattr(self.governor, "redact_identifiers", None))
         if config.spool_dir is None:
             from evolvable.settings import get_settings
 

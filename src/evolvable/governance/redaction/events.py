@@ -106,6 +106,18 @@ class EventRedactor:
             _signal(signal, r)
         return Trajectory.model_validate(data)
 
+    def redact_identifiers(self, trajectory_id: str, identifiers: dict[str, str | None]) -> dict[str, str | None]:
+        """Redacts identifiers stored outside events (the `proxy_sessions` row's agent and task id) with the
+        trajectory's map, as the same fields of its header are; fails closed to the marker like `_Scrubber`."""
+        data: dict[str, Any] = dict(identifiers)
+        try:
+            _identifiers(data, tuple(data), _EngineRedactor(self.engine, self.placeholders_for(trajectory_id)))
+        except Exception as err:
+            self.engine.report_failure("identifier", err)
+            data = dict(identifiers)
+            _identifiers(data, tuple(data), _Scrubber())
+        return data
+
     def placeholders_for(self, trajectory_id: str) -> PlaceholderMap:
         with self._lock:
             found = self._maps.get(trajectory_id)
