@@ -86,6 +86,7 @@ class ProxyRuntime:
             self.writer_stats,
             batch_size=config.writer_batch_size,
             idle_s=config.writer_idle_s,
+            deadletter_max_age_s=config.deadletter_max_age_s,
         )
         self.deadletter = self.writer.deadletter
         self.writer_runner = WriterRunner(self.writer, mode=config.writer_mode, nice=config.writer_nice)

@@ -30,7 +30,7 @@ import sqlalchemy as sa
 from evolvable.errors import NotFound
 from evolvable.protocol.models import Event, LLMCallStep, utcnow
 from evolvable.proxy.capture import Converter
-from evolvable.proxy.deadletter import DeadLetter
+from evolvable.proxy.deadletter import DEFAULT_MAX_AGE_S, DeadLetter
 from evolvable.proxy.hooks import Governor
 from evolvable.proxy.sessions import SessionManager
 from evolvable.proxy.spool import SpoolReader
@@ -109,12 +109,13 @@ class BackgroundWriter:
         *,
         batch_size: int = 256,
         idle_s: float = 0.02,
+        deadletter_max_age_s: float = DEFAULT_MAX_AGE_S,
     ) -> None:
         self.reader, self.store, self.governor, self.sessions = reader, store, governor, sessions
         self.stats = stats
         self.batch_size, self.idle_s = batch_size, idle_s
         self.converter = Converter(lookup=self._stored_llm_steps)
-        self.deadletter = DeadLetter(reader.directory)
+        self.deadletter = DeadLetter(reader.directory, max_age_s=deadletter_max_age_s)
         self.poison_retry_delays_s: tuple[float, ...] = (0.05, 0.5)
 
     def drain(self) -> int:
@@ -131,6 +132,7 @@ class BackgroundWriter:
         backoff, idle = 0.05, self.idle_s
         while True:
             try:
+                self.deadletter.expire_due()
                 n = self.cycle()
                 backoff = 0.05
                 self.stats.failed(None)
