@@ -27,7 +27,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from evolvable.errors import RedactionFailed
-from evolvable.governance.redaction.engine import FAILED_MARKER, PlaceholderMap, RedactionEngine, default_engine
+from evolvable.governance.redaction.engine import (
+    FAILED_MARKER,
+    PlaceholderMap,
+    RedactionEngine,
+    default_engine,
+    redaction_counts,
+)
 from evolvable.governance.redaction.token_ids import TokenIdsMismatch, redact_step_token_ids
 from evolvable.governance.redaction.tokenizer_registry import TokenizerRegistry
 from evolvable.governance.redaction.validators import plainly_safe_identifier
@@ -91,7 +97,10 @@ class EventRedactor:
         """Returns redacted copies in the same order. Fails closed per event: content that cannot be redacted is
         replaced by `<REDACTION_FAILED>` (and the engine's failure hook is called); nothing passes through raw.
         Raises RedactionFailed only if an event can be neither redacted nor scrubbed (the caller drops it)."""
-        return [self._redact_event(event) for event in events]
+        try:
+            return [self._redact_event(event) for event in events]
+        finally:
+            redaction_counts.flush()  # the writer exports its metrics after each batch
 
     def redact_trajectory(self, trajectory: Trajectory, placeholders: PlaceholderMap | None = None) -> Trajectory:
         """Redacts a whole trajectory (imports, re-redaction of stored data) with one placeholder map."""
