@@ -162,6 +162,9 @@ class NumberRecognizer:
     ) -> None:
         self.intl_phone, self.us_phone, self.card, self.ssn, self.ipv4 = intl_phone, us_phone, card, ssn, ipv4
         self.national = national
+        self._check_local: Callable[[str, int, int, list[Finding]], None] | None = getattr(
+            national, "check_local", None
+        )
         # shortcuts for the commonest run shapes, which hold for the default card and IPv4 recognizers only
         self._card_shortcut = card.pattern is _CARD and card.validate is _card
         self._ipv4_shortcut = ipv4.pattern is _IPV4 and ipv4.validate is _public_ipv4
@@ -192,6 +195,8 @@ class NumberRecognizer:
             else:
                 digits = len(v.digits_of(run))
             if digits < 8 and not plus and dots < 3:
+                if digits >= 6 and self._check_local is not None:
+                    self._check_local(text, run_start, run_end, out)
                 continue
             national = self.national is not None and not plus and digits <= 15
             if digits < 9 and not plus and dots < 3:
