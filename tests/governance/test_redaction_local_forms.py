@@ -90,3 +90,37 @@ def test_an_address_found_once_is_found_again(engine: RedactionEngine) -> None:
 )
 def test_look_alikes_are_kept(engine: RedactionEngine, text: str) -> None:
     assert _found(engine, text, "ADDRESS") == []
+
+
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        (
+            "sung by Felicia Eriksson in 2019 (though Eriksson's song was about a boat)",
+            ["Felicia Eriksson", "Eriksson"],
+        ),
+        ('"Don\'t feed me that," says Wit Rutkowski. Rutkowski laughed.', ["Rutkowski", "Rutkowski"]),
+        ("It may be too that Saikkonen was influenced; Saikkonen said so", ["Saikkonen", "Saikkonen"]),
+        ("As promised, here's Martino's address:", ["Martino"]),
+        ("John: Who are you?\\nSoib: You saved my life!", ["John", "Soib"]),
+        ("She named him Alibek", ["Alibek"]),
+        ("Sometimes people call me Izaak", ["Izaak"]),
+        ("Nina lives on Wilhelmsens vei 83", ["Nina"]),
+    ],
+)
+def test_names_by_what_people_do_and_by_earlier_mentions(engine: RedactionEngine, text: str, names: list[str]) -> None:
+    assert _found(engine, text, "PERSON") == names
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Tracking says JD131629500340 is out for delivery",
+        'If-None-Match: "f26933a39052"\nAccept: */*',
+        "Status: OK\\nWarning: disk almost full",
+        "Will you send the invoice? Mark it paid.",
+        "Open Settings and the Billing tab's address field",
+    ],
+)
+def test_things_that_act_like_people_are_kept(engine: RedactionEngine, text: str) -> None:
+    assert _found(engine, text, "PERSON") == []
