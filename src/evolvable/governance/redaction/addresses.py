@@ -97,14 +97,16 @@ class AddressRecognizer:
     # pass would list every occurrence; the recognizer's own search wants them preceded by a space.
 
     def find(self, text: str, lowered: str) -> Iterable[Finding]:
+        if _DIGIT.search(text) is None:
+            return []  # every address has a house number (a C-level scan, cheaper than the street-word search)
         if len(lowered) != len(text):
             lowered = "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
         try:
             hits = _SEARCH(lowered, overlapping=True)
         except UnicodeEncodeError:  # a lone surrogate has no UTF-8 form
             return []
-        if not hits or _DIGIT.search(text) is None:
-            return []  # every address has a house number
+        if not hits:
+            return []
         out: list[Finding] = []
         for index, start, end in hits:
             word = _WORDS[index]
@@ -121,6 +123,8 @@ class AddressRecognizer:
                 out.append(Finding(span[0], span[1], self.kind, self.priority))
         if out:  # an address found once is one wherever else it is written in the text
             for value, priority in {text[f.start : f.end]: f.priority for f in out}.items():
+                if text.count(value) < 2:
+                    continue
                 i = text.find(value)
                 while i != -1:
                     out.append(Finding(i, i + len(value), self.kind, priority))

@@ -259,11 +259,18 @@ class NameRecognizer:
         """A name found once is a name wherever else its words stand capitalised in the text (`Felicia Eriksson
         ... Eriksson's song`, `Mineko had given Mineko`): each word of a found name that is no dictionary word,
         or is a known name, is found again."""
+        if all(
+            text.count(w.removesuffix("'s").removesuffix("’s")) < 2
+            for f in out
+            for w in text[f.start : f.end].split(" ")
+        ):
+            return out  # the common case: each word of each name occurs once (C-level counts)
+        code_of = self._code
         words = {
             word.removesuffix("'s").removesuffix("’s")
             for f in out
             for word in _WORD.findall(text, f.start, f.end)
-            if self._codes.get(word, -1) >= 2
+            if code_of(word) >= 2
         }
         found = [(f.start, f.end) for f in out]
         more: list[Finding] = []
