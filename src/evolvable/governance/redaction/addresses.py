@@ -88,6 +88,7 @@ _SEARCH = AhoCorasick(sorted(_KINDS)).find_matches_as_indexes
 _DIGIT = re.compile(r"\d")
 _WORDS = sorted(_KINDS)
 _LETTER_AFTER = re.compile(r"[^\W_]")
+_GLUED_NEXT = frozenset(" .,")  # what `_GLUED_AFTER` can start with
 
 
 class AddressRecognizer:
@@ -116,6 +117,9 @@ class AddressRecognizer:
                 if (span := _in_context(text, start, end)) is not None:
                     out.append(Finding(span[0], span[1], self.kind, self.priority - 1))
                 continue
+            after = text[end : end + 1]
+            if kind == "glued" and after not in _GLUED_NEXT:
+                continue  # the commonest hit: a street word inside another word (`entities`, `survey`)
             span = _read(text, word, kind, start, end)
             if span is None and word.endswith("avenue"):
                 span = _suffix(text, start, end)
