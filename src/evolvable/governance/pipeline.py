@@ -100,6 +100,12 @@ class Governor:
         metrics.export_writer_snapshot()
         return [e for e in out if e is not None]
 
+    def warm_up(self) -> None:
+        """Build the redaction engine now (its name lists take ~1 s, more on a loaded machine), so neither the first
+        session created through the proxy nor the first writer batch waits for it."""
+        if self._redact:
+            self.redactor.redact_events([])
+
     def redact_identifiers(self, trajectory_id: str, identifiers: dict[str, str | None]) -> dict[str, str | None]:
         """The proxy's session row (agent, task id) redacted as the trajectory header's same fields are. A custom
         redactor without `redact_identifiers` keeps only identifiers that cannot hold a recognized value."""
