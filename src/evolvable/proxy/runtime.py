@@ -58,7 +58,7 @@ class ProxyRuntime:
         self.authenticator: Authenticator = authenticator or OpenAuthenticator()
         self.authenticator_is_open = authenticator is None
         self.rewriter = rewriter
-        self.sessions = SessionManager(store)
+        self.sessions = SessionManager(store, getattr(self.governor, "redact_identifiers", None))
         if config.spool_dir is None:
             from evolvable.settings import get_settings
 
@@ -80,6 +80,7 @@ class ProxyRuntime:
             self.writer_stats,
             batch_size=config.writer_batch_size,
             idle_s=config.writer_idle_s,
+            deadletter_max_age_s=config.deadletter_max_age_s,
         )
         self.deadletter = self.writer.deadletter
         self.writer_runner = WriterRunner(self.writer, mode=config.writer_mode, nice=config.writer_nice)

@@ -28,7 +28,7 @@ import sqlalchemy as sa
 
 from evolvable.protocol.models import Event, VersionsNamed, utcnow
 from evolvable.proxy.capture import Converter
-from evolvable.proxy.deadletter import DeadLetter
+from evolvable.proxy.deadletter import DEFAULT_MAX_AGE_S, DeadLetter
 from evolvable.proxy.hooks import Governor
 from evolvable.proxy.records import AnyRecord, CallRecord, EndRecord
 from evolvable.proxy.records import decode as decode_record
@@ -108,12 +108,13 @@ class BackgroundWriter:
         *,
         batch_size: int = 256,
         idle_s: float = 0.02,
+        deadletter_max_age_s: float = DEFAULT_MAX_AGE_S,
     ) -> None:
         self.reader, self.store, self.governor, self.sessions = reader, store, governor, sessions
         self.stats = stats
         self.batch_size, self.idle_s = batch_size, idle_s
         self.converter = Converter()
-        self.deadletter = DeadLetter(reader.directory)
+        self.deadletter = DeadLetter(reader.directory, max_age_s=deadletter_max_age_s)
         self.poison_retry_delays_s: tuple[float, ...] = (0.05, 0.5)
 
     def drain(self) -> int:
@@ -130,6 +131,7 @@ class BackgroundWriter:
         backoff, idle = 0.05, self.idle_s
         while True:
             try:
+                self.deadletter.expire_due()
                 n = self.cycle()
                 backoff = 0.05
                 self.stats.failed(None)
