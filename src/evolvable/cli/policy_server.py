@@ -20,6 +20,12 @@ def policy_server(
     prefix_cache_mb: int = typer.Option(
         512, "--prefix-cache-mb", min=0, help="Memory for reusing the KV states of repeated prompt prefixes (0: off)."
     ),
+    device: str = typer.Option(
+        "cpu", "--device", help="cpu (default), cuda, cuda:N, or auto (CUDA when a GPU is visible)."
+    ),
+    dtype: str = typer.Option(
+        "auto", "--dtype", help="auto (bfloat16 on a GPU, float32 on CPU), float32, bfloat16 or float16."
+    ),
     lora: list[str] = typer.Option(
         [], "--lora", help="Preload a LoRA adapter as NAME=PATH (repeatable); select it with model=NAME."
     ),
@@ -35,13 +41,15 @@ def policy_server(
     from rich.console import Console
 
     from evolvable.errors import EvolvableError
-    from evolvable.model_loading import MODELS, load_base_model
+    from evolvable.model_loading import MODELS, load_base_model, resolve_device, resolve_dtype
     from evolvable.policy_server.app import create_app
     from evolvable.policy_server.engine import Engine
 
     console = Console(stderr=True)
     if logprobs_mode not in ("raw", "processed"):
         raise EvolvableError(f"--logprobs-mode must be raw or processed, not {logprobs_mode!r}")
+    torch_device = resolve_device(device)  # before the slow load: a missing GPU fails at once
+    torch_dtype = resolve_dtype(dtype, torch_device)
     adapters = []
     for item in lora:
         name, sep, path = item.partition("=")
@@ -49,7 +57,7 @@ def policy_server(
             raise EvolvableError(f"--lora expects NAME=PATH, got {item!r}")
         adapters.append((name, path))
     with console.status(f"loading {model} (the first run converts the GGUF weights, ~30 s)"):
-        base, tokenizer = load_base_model(model)
+        base, tokenizer = load_base_model(model, dtype=torch_dtype, device=torch_device)
     engine = Engine(
         base,
         tokenizer,
@@ -60,7 +68,8 @@ def policy_server(
     )
     for name, path in adapters:
         engine.load_adapter(name, path)
-    console.print(f"serving [bold]{model}[/] on http://{host}:{port}/v1 (max batch {max_batch})")
+    where = f"{torch_device} {str(torch_dtype).removeprefix('torch.')}"
+    console.print(f"serving [bold]{model}[/] on http://{host}:{port}/v1 (max batch {max_batch}, {where})")
     try:
         uvicorn.run(
             create_app(engine, aliases=(MODELS[model].display_name,)), host=host, port=port, log_level="warning"
