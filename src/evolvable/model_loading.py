@@ -195,7 +195,7 @@ def load_base_model(
     tokenizer = ensure_pad_token(AutoTokenizer.from_pretrained(directory, local_files_only=True))
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype or torch.float32, local_files_only=True)
     if device is not None and torch.device(device).type != "cpu":
-        model.to(device)
+        torch.nn.Module.to(model, torch.device(device))  # transformers' own `to` wrapper confuses type checkers
     model.eval()
     return model, tokenizer
 
