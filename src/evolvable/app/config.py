@@ -75,6 +75,10 @@ class PolicyServerSection(Section):
     model: str = "smollm2-135m"
     """The embedded server's model (ignored for vLLM)."""
     max_batch: int = Field(32, ge=1)
+    device: str = Field("cpu", pattern=r"^(cpu|cuda|auto|cuda:\d+)$")
+    """Where a launched embedded server runs: cpu, cuda, cuda:N or auto (ignored for vLLM)."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """A launched embedded server's weights: auto is bfloat16 on a GPU, float32 on CPU."""
 
     @model_validator(mode="after")
     def _url_or_launch(self) -> PolicyServerSection:
