@@ -87,7 +87,7 @@ class Store:
             return 0
         try:
             with self._writer.begin() as conn:
-                return ingest.apply(conn, parsed)  # type: ignore[arg-type]
+                return ingest.apply(conn, parsed)
         except sa.exc.SQLAlchemyError as err:
             raise StoreError(f"writing {len(parsed)} events failed: {err.__class__.__name__}: {err}") from err
 
