@@ -73,21 +73,22 @@ def test_a_repeat_runs_no_recognizer_and_own_recognizers_are_not_cached_unless_a
     assert counting.calls == 4
 
 
-def test_the_cache_drops_the_least_recently_used_and_keeps_within_its_bounds() -> None:
+def test_the_cache_drops_the_oldest_and_keeps_within_its_bounds() -> None:
     by_entries = _FindingsCache(max_entries=2)
     by_entries.put("aaa", ())
     by_entries.put("bbb", (Finding(0, 1, "X"),))
-    assert by_entries.get("aaa") == ()  # now the most recently used
+    assert by_entries.get("bbb") == (Finding(0, 1, "X"),)
     by_entries.put("ccc", ())
-    assert by_entries.get("bbb") is None and by_entries.get("aaa") == () and len(by_entries) == 2
+    assert by_entries.get("aaa") is None and by_entries.get("bbb") is not None and len(by_entries) == 2
     by_chars = _FindingsCache(max_chars=10, max_text_chars=6)
     for text in ("aaa", "bbb", "ccc"):
         by_chars.put(text, ())
-    by_chars.get("aaa")
-    by_chars.put("dddddd", ())  # 15 characters: the least recently used go until 10 or fewer are left
-    assert [by_chars.get(t) for t in ("bbb", "ccc", "aaa", "dddddd")] == [None, None, (), ()]
+    by_chars.put("dddddd", ())  # 15 characters: the oldest go until 10 or fewer are left
+    assert [by_chars.get(t) for t in ("aaa", "bbb", "ccc", "dddddd")] == [None, None, (), ()]
     by_chars.put("eeeeeee", ())  # longer than max_text_chars: not kept
     assert by_chars.get("eeeeeee") is None and len(by_chars) == 2
+    by_chars.clear()
+    assert len(by_chars) == 0 and by_chars.get("ccc") is None
 
 
 def test_a_failing_scan_is_not_cached() -> None:

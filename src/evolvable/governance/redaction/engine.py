@@ -150,6 +150,8 @@ class RedactionEngine:
         self._cache: _FindingsCache | None = (
             _FindingsCache() if (recognizers is None if cache is None else cache) else None
         )
+        # the dict looked up directly, without a method call per text (a miss costs ~0.4 us, ~1% of a scan)
+        self._cached = self._cache.entries if self._cache is not None else None
 
     # ----------------------------------------------------------------- text
 
@@ -157,9 +159,9 @@ class RedactionEngine:
         """Non-overlapping findings in text order. Raises RedactionFailed (after calling the hook) if a stage raises."""
         if not text:
             return []
-        cache = self._cache
-        if cache is not None and (cached := cache.get(text)) is not None:
-            return list(cached)
+        cached = self._cached
+        if cached is not None and (hit := cached.get(text)) is not None:
+            return list(hit)
         lowered = text.lower()
         found: list[Finding] = []
         for recognizer, find in self._plan.runners(text, lowered):
@@ -170,8 +172,8 @@ class RedactionEngine:
                 raise RedactionFailed(f"recognizer {getattr(recognizer, 'kind', recognizer)!r} failed") from err
         if len(found) > 1:
             found = resolve_overlaps(found)
-        if cache is not None:
-            cache.put(text, tuple(found))
+        if self._cache is not None:
+            self._cache.put(text, tuple(found))
         return found
 
     def clear_cache(self) -> None:
@@ -278,35 +280,33 @@ class RedactionEngine:
 
 
 class _FindingsCache:
-    """The findings of recently seen texts, least recently used dropped first.
+    """The findings of recently seen texts, the oldest dropped first.
 
     Agent traffic repeats whole texts: the system prompt, tool schemas and earlier turns come again with every
     request of a conversation. Their findings depend on the text alone, so a repeat costs one dict lookup instead
     of a full scan. Bounded by entries and by characters held (the texts are kept as keys, in memory only, like
-    the placeholder maps); a text longer than `max_text_chars` is not kept.
+    the placeholder maps); a text longer than `max_text_chars` is not kept. Readers look `entries` up without the
+    lock (one dict lookup is atomic); only `put` and `clear` change it, under the lock. First in, first out: a
+    text in constant use is scanned again once per `max_entries` new texts, a negligible cost that keeps hits
+    free of bookkeeping.
     """
 
-    __slots__ = ("_chars", "_entries", "_lock", "max_chars", "max_entries", "max_text_chars")
+    __slots__ = ("_chars", "_lock", "entries", "max_chars", "max_entries", "max_text_chars")
 
     def __init__(self, max_entries: int = 4096, max_chars: int = 8_000_000, max_text_chars: int = 262_144) -> None:
-        self._entries: dict[str, tuple[Finding, ...]] = {}
+        self.entries: dict[str, tuple[Finding, ...]] = {}
         self._chars = 0
         self._lock = threading.Lock()  # an engine is shared by the proxy's threads
         self.max_entries, self.max_chars, self.max_text_chars = max_entries, max_chars, max_text_chars
 
     def get(self, text: str) -> tuple[Finding, ...] | None:
-        with self._lock:
-            entries = self._entries
-            found = entries.pop(text, None)
-            if found is not None:
-                entries[text] = found  # now the most recently used
-            return found
+        return self.entries.get(text)
 
     def put(self, text: str, findings: tuple[Finding, ...]) -> None:
         if len(text) > self.max_text_chars:
             return
         with self._lock:
-            entries = self._entries
+            entries = self.entries
             if text in entries:
                 return
             entries[text] = findings
@@ -318,11 +318,11 @@ class _FindingsCache:
 
     def clear(self) -> None:
         with self._lock:
-            self._entries.clear()
+            self.entries.clear()
             self._chars = 0
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self.entries)
 
 
 _Runner = tuple[Recognizer, Callable[[str, str], Iterable[Finding]]]
