@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -105,3 +106,24 @@ def test_a_failing_scan_is_not_cached() -> None:
     engine = RedactionEngine([FailsOnce(), RegexRecognizer("ZZ", __import__("re").compile("zz"))], cache=True)
     assert engine.redact("zz").failed
     assert engine.redact_text("zz") == "<ZZ_1>"
+
+
+def test_threads_sharing_a_small_cache_get_the_findings_of_a_fresh_scan() -> None:
+    texts = _texts()[:600]
+    expected = [RedactionEngine(cache=False).find(t) for t in texts]
+    engine = RedactionEngine()
+    engine._cache = _FindingsCache(max_entries=64)  # constant eviction while four threads read and insert
+    engine._cached = engine._cache.entries
+    results: list[list[list[Finding]]] = [[] for _ in range(4)]
+
+    def work(slot: int) -> None:
+        for _ in range(3):
+            results[slot].extend(engine.find(t) for t in texts)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(found == expected * 3 for found in results)
+    assert len(engine._cache) <= 64
