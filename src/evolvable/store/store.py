@@ -73,7 +73,7 @@ class Store:
             return 0
         try:
             with self._writer.begin() as conn:
-                return ingest.apply(conn, parsed)  # type: ignore[arg-type]
+                return ingest.apply(conn, parsed)
         except sa.exc.SQLAlchemyError as err:
             raise StoreError(f"writing {len(parsed)} events failed: {err.__class__.__name__}: {err}") from err
 
@@ -204,9 +204,10 @@ class Store:
         with self.engine.connect() as conn:
             if response_id is not None:
                 query = sa.select(s.step_id).where(s.trajectory_id == trajectory_id, s.response_id == response_id)
-                return conn.scalar(query.order_by(s.seq).limit(1))
+                by_response: str | None = conn.scalar(query.order_by(s.seq).limit(1))
+                return by_response
             query = sa.select(s.step_id).where(s.trajectory_id == trajectory_id, s.tool_call_id == tool_call_id)
-            found = conn.scalar(query.order_by(s.seq).limit(1))
+            found: str | None = conn.scalar(query.order_by(s.seq).limit(1))
             if found is not None:
                 return found
             llm_steps = conn.execute(
@@ -218,7 +219,7 @@ class Store:
                 for choice in body.get("choices") or []:
                     for call in (choice.get("message") or {}).get("tool_calls") or []:
                         if call.get("id") == tool_call_id:
-                            return step_id
+                            return str(step_id)
         return None
 
 
