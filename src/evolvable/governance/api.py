@@ -348,7 +348,8 @@ class AuditReadsMiddleware:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         match = _TRAJECTORY_READ.match(scope.get("path", "")) if scope["type"] == "http" else None
         if match is None or scope.get("method") != "GET":
-            return await self.app(scope, receive, send)
+            await self.app(scope, receive, send)
+            return
         headers = {k.decode().lower(): v.decode() for k, v in scope.get("headers", [])}
         auth = headers.get("authorization", "")
         bearer = auth[7:].strip() if auth[:7].lower() == "bearer " else None

@@ -9,6 +9,7 @@ with the harness and policy version of every trajectory, so stale data is visibl
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import os
 import re
@@ -343,7 +344,7 @@ class DatasetCatalog:
         reason: str,
         tenant_id: str | None = None,
         end_user: str | None = None,
-        trajectory_ids: list[str] | None = None,
+        trajectory_ids: builtins.list[str] | None = None,
         started_before: datetime | None = None,
     ) -> tuple[int, int]:
         """Delete the copies a purge or retention covers; mark the snapshots they were in invalidated.

@@ -42,7 +42,7 @@ _lock = threading.Lock()
 
 
 def _has_pg_trigger(conn: sa.Connection) -> bool:
-    found = conn.execute(
+    found: int = conn.execute(
         sa.text("SELECT count(*) FROM pg_trigger WHERE tgname IN ('audit_log_append_only', 'audit_log_no_truncate')")
     ).scalar_one()
     return found == 2
