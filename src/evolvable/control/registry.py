@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -40,6 +40,10 @@ def write_transaction(engine: Engine) -> Iterator[Connection]:
             yield conn
 
 
+@overload
+def utc(value: datetime) -> datetime: ...
+@overload
+def utc(value: None) -> None: ...
 def utc(value: datetime | None) -> datetime | None:
     """SQLite hands back naive datetimes; everything we store is UTC."""
     if value is None:

@@ -73,9 +73,9 @@ class ServedVersions:
             if record.kind == VersionKind.harness:
                 v.harnesses[record.id] = record.harness()
         for rollout in self.journal.rollouts(states=[RolloutState.running]):
-            v = agents.get((rollout.tenant, rollout.agent))
-            if v is not None:
-                setattr(v, f"{rollout.kind.value}_share", rollout.share)
+            rolled = agents.get((rollout.tenant, rollout.agent))
+            if rolled is not None:
+                setattr(rolled, f"{rollout.kind.value}_share", rollout.share)
         self.agents = agents
         if self.clusterer_store is not None:
             self.clusterers = self.clusterer_store.latest_all()
@@ -262,7 +262,7 @@ class HarnessRouter:
 def _with_description(tool: dict[str, Any], harness: Harness) -> dict[str, Any]:
     fn = tool.get("function") if isinstance(tool, dict) else None
     spec = harness.tool(fn.get("name", "")) if isinstance(fn, dict) else None
-    if spec is None:
+    if spec is None or not isinstance(fn, dict):
         return tool
     return {**tool, "function": {**fn, "description": spec.description}}
 
