@@ -342,11 +342,13 @@ def build_llm_step(rec: dict[str, Any]) -> LLMCallStep:
         fields["prompt_token_ids"] = list(ptids) if isinstance(ptids, list) else None
         if reply.get("_malformed_chunks"):
             metadata["malformed_chunks"] = reply["_malformed_chunks"]
-    err = rec.get("err")
-    if err:
+    failure = rec.get("err")
+    if failure:
         fields["status"] = StepStatus.error
         fields["error"] = ErrorInfo(
-            type=str(err.get("type") or "error"), message=str(err.get("message") or ""), status_code=err.get("status")
+            type=str(failure.get("type") or "error"),
+            message=str(failure.get("message") or ""),
+            status_code=failure.get("status"),
         )
     return LLMCallStep(**fields)
 
@@ -509,8 +511,9 @@ def _native_stream(protocol: str, sse_text: str) -> dict[str, Any]:
     """A stream a native upstream sent in its own protocol, as the chat reply it amounts to."""
     from evolvable.proxy.wire import messages_native, responses_native
 
-    module = responses_native if protocol == "responses" else messages_native
-    return module.chat_reply_from_stream(sse_text)
+    if protocol == "responses":
+        return responses_native.chat_reply_from_stream(sse_text)
+    return messages_native.chat_reply_from_stream(sse_text)
 
 
 def _parse_arguments(arguments: str | None) -> dict[str, Any] | str | None:

@@ -305,7 +305,7 @@ class CompletionsEndpoint:
                     record["injected"] = []
                 else:
                     resp.release()
-                    resp = None
+                    del resp
                     raise UpstreamError(
                         first_error.decode("utf-8", "replace"), status_code=400, error_type="upstream_400"
                     )
@@ -350,6 +350,7 @@ class CompletionsEndpoint:
         native: WireCall | None = None,
     ) -> None:
         cap = self.rt.config.max_upstream_reply_bytes
+        read_error: aiohttp.ClientError | TimeoutError | ReplyTooLarge | None
         try:
             raw = await read_capped(resp, cap)
         except (aiohttp.ClientError, TimeoutError, ReplyTooLarge) as err:

@@ -55,7 +55,7 @@ def _route_of(scope: dict[str, Any]) -> str:
         return path if path.startswith("/v1/") else f"/v1{path}"
     route = scope.get("route")
     template = getattr(route, "path", None)
-    if template:
+    if isinstance(template, str) and template:
         return template
     return "/ui" if path.startswith("/ui") else "unmatched"
 
@@ -149,7 +149,7 @@ class ProxyCollector(Collector):
         rt = self.rt
         status = rt.status()
         checkpoint = tuple(status["spool_checkpoint"])
-        backlog = spool_backlog_bytes(rt.spool.directory, tuple(status["spool_end"]), checkpoint)  # type: ignore[arg-type]
+        backlog = spool_backlog_bytes(rt.spool.directory, tuple(status["spool_end"]), checkpoint)
         yield GaugeMetricFamily("evolvable_spool_backlog_bytes", "Spooled bytes not yet applied to the store.", backlog)
         yield CounterMetricFamily(
             "evolvable_spool_records", "Capture records queued on the spool by this process.", rt.spool.enqueued

@@ -43,7 +43,8 @@ def _json(obj: Any, status: int = 200) -> Response:
 
 
 def _rt(request: Request) -> ProxyRuntime:
-    return request.app.state.proxy
+    runtime: ProxyRuntime = request.app.state.proxy
+    return runtime
 
 
 async def _caller(request: Request, *, allow_ended: bool = False) -> tuple[Principal, Session | None]:

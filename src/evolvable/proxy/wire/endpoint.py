@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
+from starlette.types import Message, Receive, Send
 
 from evolvable.errors import EvolvableError
 from evolvable.proxy.completions import CompletionsEndpoint, RequestRejected
@@ -269,11 +270,11 @@ def upstream_headers(call: WireCall, base: dict[str, str]) -> dict[str, str]:
     return {**base, **call.extra_headers}
 
 
-def _one_shot(body: bytes, receive: Any) -> Callable[[], Any]:
+def _one_shot(body: bytes, receive: Receive) -> Receive:
     """`receive` for the hot path: the translated body first, then the client's own messages (disconnects)."""
     sent = False
 
-    async def inner() -> dict[str, Any]:
+    async def inner() -> Message:
         nonlocal sent
         if not sent:
             sent = True
@@ -286,7 +287,7 @@ def _one_shot(body: bytes, receive: Any) -> Callable[[], Any]:
 class _Relay:
     """`send` for the hot path: translates its chat answer (JSON or SSE) into the wire protocol."""
 
-    def __init__(self, send: Any, adapter: Adapter, request: WireRequest, call: WireCall, pre_s: float) -> None:
+    def __init__(self, send: Send, adapter: Adapter, request: WireRequest, call: WireCall, pre_s: float) -> None:
         self.send, self.adapter, self.request, self.call = send, adapter, request, call
         self.pre_s = pre_s
         self.status = 0
