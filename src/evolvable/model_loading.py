@@ -140,7 +140,7 @@ def load_base_model(
         _convert_to_cache(name, directory)
     tokenizer = ensure_pad_token(AutoTokenizer.from_pretrained(directory, local_files_only=True))
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype or torch.float32, local_files_only=True)
-    model.eval()
+    model.eval()  # type: ignore[no-untyped-call]  # transformers' eval() override is unannotated
     return model, tokenizer
 
 

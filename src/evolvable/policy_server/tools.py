@@ -119,7 +119,9 @@ def _function_name(index: int, tool: Any) -> str:
 # ----------------------------------------------------------------- rendering
 
 
-def render_messages(messages: Sequence[dict[str, Any]], tools: Sequence[Any] | None, choice: ToolChoice) -> list[dict]:
+def render_messages(
+    messages: Sequence[dict[str, Any]], tools: Sequence[Any] | None, choice: ToolChoice
+) -> list[dict[str, Any]]:
     """Messages a tool-less template can render: the tools block joins the system prompt, earlier calls and
     results become Hermes-tagged text."""
     rendered = [_render_message(m) for m in messages]
