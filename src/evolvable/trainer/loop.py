@@ -49,6 +49,8 @@ from evolvable.trainer.samples import (
 if TYPE_CHECKING:
     import torch
     from accelerate import Accelerator
+    from rich.progress import Progress, TaskID
+    from transformers import PreTrainedModel
 
 __all__ = ["TrainingResult", "load_policy_model", "run_training_job", "train_on_samples"]
 
@@ -99,11 +101,12 @@ class JobState:
 # ----------------------------------------------------------------------------- model
 
 
-def load_policy_model(config: RLConfig) -> torch.nn.Module:
+def load_policy_model(config: RLConfig) -> PreTrainedModel:
     """The base model to put LoRA on: an embedded model, a local directory, or the tiny test model."""
     import torch
     from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
+    model: PreTrainedModel
     if config.base_model == TINY_MODEL:
         torch.manual_seed(1234)  # identical on every process, whatever the job's seed
         tiny = LlamaConfig(
@@ -127,7 +130,7 @@ def load_policy_model(config: RLConfig) -> torch.nn.Module:
     return model
 
 
-def _with_adapter(model: torch.nn.Module, config: RLConfig) -> torch.nn.Module:
+def _with_adapter(model: PreTrainedModel, config: RLConfig) -> torch.nn.Module:
     from peft import LoraConfig, PeftModel, get_peft_model
 
     if config.init_adapter:
@@ -198,7 +201,9 @@ def _iteration_plan(n_samples: int, config: RLConfig, world: int) -> list[list[i
     return plan
 
 
-def _rank_share(indices: list[int], samples: list[TrainingSample], config: RLConfig, rank: int, world: int):
+def _rank_share(
+    indices: list[int], samples: list[TrainingSample], config: RLConfig, rank: int, world: int
+) -> list[TrainingSample]:
     """This process's sequences of one iteration, padded to whole optimizer steps on every process."""
     per_step = config.micro_batch_size * config.grad_accum_steps
     per_rank = math.ceil(len(indices) / world)
@@ -210,7 +215,10 @@ def _rank_share(indices: list[int], samples: list[TrainingSample], config: RLCon
 
 
 def _sequence_logprobs(
-    model, batch: dict[str, torch.Tensor], temperature: float, entropy_out: list | None = None
+    model: torch.nn.Module,
+    batch: dict[str, torch.Tensor],
+    temperature: float,
+    entropy_out: list[torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Logprobs aligned with input_ids, computed only where some row of the batch has a generated token.
 
@@ -289,7 +297,7 @@ def train_on_samples(
     unwrapped = accelerator.unwrap_model(model)
     trainable_names = {name for name, p in model.named_parameters() if p.requires_grad}
 
-    def keep_only_adapter(models: list, weights: list[dict], _dir: str) -> None:
+    def keep_only_adapter(models: list[torch.nn.Module], weights: list[dict[str, torch.Tensor]], _dir: str) -> None:
         # Checkpoints hold the adapter, not a copy of the frozen base model.
         for i, state in enumerate(weights):
             weights[i] = {k: v for k, v in state.items() if k in trainable_names}
@@ -311,7 +319,7 @@ def train_on_samples(
     seen: set[str] = set()
 
     progress, task = _progress(accelerator, config, total=sum(steps_per_iteration))
-    if progress is not None:
+    if progress is not None and task is not None:
         progress.update(task, completed=sum(steps_per_iteration[: job_state.iteration]))
     with progress or nullcontext():
         for iteration in range(job_state.iteration, len(plan)):
@@ -404,7 +412,7 @@ def train_on_samples(
                             dtype=torch.float64,
                             device=accelerator.device,
                         )
-                        if progress is not None:
+                        if progress is not None and task is not None:
                             progress.advance(task)
                     sums = accelerator.reduce(sums, reduction="sum")
                     job_state.optimizer_steps += 1
@@ -477,7 +485,7 @@ def _write_rank_report(out: Path, accelerator: Accelerator, model: Any, sample_i
     (out / "ranks" / f"rank-{accelerator.process_index}.json").write_text(json.dumps(report))
 
 
-def _progress(accelerator: Accelerator, config: RLConfig, total: int):
+def _progress(accelerator: Accelerator, config: RLConfig, total: int) -> tuple[Progress | None, TaskID | None]:
     if not (config.progress and accelerator.is_main_process):
         return None, None
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
