@@ -142,7 +142,8 @@ class _ProxySink:
             except (ValueError, KeyError, TypeError):
                 message = r.text[:500]
             raise RecordingError(f"the proxy refused {path} ({r.status_code}): {message}")
-        return r.json()
+        answer: dict[str, Any] = r.json()
+        return answer
 
     def step(self, step: Step) -> None:
         self._post(f"/v1/sessions/{self.trajectory_id}/steps", step.model_dump(mode="json"), self._key)

@@ -120,9 +120,11 @@ def load_workload(section: WorkloadSection) -> Workload:
     if section.object is not None:
         return load_object(section.object)
     try:
-        from evolvable.control.webhook import WebhookWorkload  # type: ignore[import-not-found]
+        from evolvable.control.webhook import WebhookWorkload
     except ImportError as err:
         raise WorkloadError(f"webhook workloads are not available in this installation: {err}") from None
+    if section.webhook is None:  # (unreachable: the section's validator wants exactly one of the three)
+        raise WorkloadError("the workload names no entry point, object or webhook")
     workload: Workload = WebhookWorkload(section.webhook, timeout_s=section.timeout_s, options=section.options)
     return workload
 
@@ -160,7 +162,7 @@ def replay_suite(
         model=agent.policy.base_model if agent.policy else agent.name,
         api_key=api_key,
         sanitize=sanitize,
-        options=dict(agent.workload.options),
+        options=dict(agent.workload.options) if agent.workload is not None else {},
     )
     if agent.workload is None:
         from evolvable.control.recorded_replay import RecordedTrafficWorkload

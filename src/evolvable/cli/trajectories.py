@@ -249,7 +249,7 @@ def _send_otlp(trajectories: Any, url: str, headers: dict[str, str], service_nam
     except ExportFailed as err:
         _fail(str(err))
     finally:
-        exporter.shutdown()
+        exporter.shutdown()  # type: ignore[no-untyped-call]  # opentelemetry's OTLPSpanExporter.shutdown is unannotated
     err_console.print(f"{sent} trajectories ({spans} spans) -> {traces_endpoint(url)}", highlight=False)
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from evolvable.control.models import Lever
 
@@ -139,6 +139,10 @@ def run_demo(cfg: DemoConfig, console: Console | None = None) -> dict[str, Any]:
             for r in range(cfg.rounds):
                 batch = train_set[r * cfg.round_size : (r + 1) * cfg.round_size]
                 bar = progress.add_task(f"round {r + 1}/{cfg.rounds}: live traffic via the proxy", total=len(batch))
+
+                def advance(_: object, bar: TaskID = bar) -> None:
+                    progress.advance(bar)
+
                 live = evaluate(
                     batch,
                     proxy.v1,
@@ -148,7 +152,7 @@ def run_demo(cfg: DemoConfig, console: Console | None = None) -> dict[str, Any]:
                     apply_harness="proxy",
                     temperature=cfg.live_temperature,
                     seed=cfg.seed * 1000 + r * 100,
-                    on_episode=lambda _, bar=bar: progress.advance(bar),
+                    on_episode=advance,
                     **eval_kw,
                 )
                 proxy.flush()
@@ -180,6 +184,7 @@ def run_demo(cfg: DemoConfig, console: Console | None = None) -> dict[str, Any]:
             active = plane.registry.current(AGENT_NAME, VersionKind.harness, VersionState.active)
             policy = plane.registry.current(AGENT_NAME, VersionKind.policy, VersionState.active)
             final_model = policy.policy().served_model if policy is not None else cfg.model
+            assert active is not None, "bootstrap registered an active harness"
             after, after_safety = measure("after", active.harness(), final_model)
             proxy.flush()
 
