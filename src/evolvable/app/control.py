@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -28,6 +28,13 @@ from evolvable.control.tenancy import ControlPlanes
 from evolvable.control.workloads import Workload, WorkloadContext, WorkloadError, load_entry_point, load_object
 from evolvable.protocol.harness import Harness, MemoryExemplar
 from evolvable.proxy.config import ProxyConfig
+
+if TYPE_CHECKING:
+    from evolvable.control.evolvers import Evolver
+    from evolvable.control.evolvers.weights import WeightsEvolver
+    from evolvable.control.jobs import Launcher
+    from evolvable.control.judge import Judge
+    from evolvable.control.router import HarnessRouter
 
 
 def control_config(config: EvolvableConfig) -> ControlConfig:
@@ -50,7 +57,7 @@ def control_config(config: EvolvableConfig) -> ControlConfig:
     )
 
 
-def weights_evolver(config: EvolvableConfig, store: Any, servers: tuple[str, ...]) -> Any:
+def weights_evolver(config: EvolvableConfig, store: Any, servers: tuple[str, ...]) -> WeightsEvolver:
     """The weights lever: background jobs through the configured launcher, gated snapshots, hot-loading."""
     from evolvable.control.evolvers.weights import WeightsEvolver
     from evolvable.control.jobs import CommandLauncher, JobManager, LocalLauncher
@@ -61,7 +68,7 @@ def weights_evolver(config: EvolvableConfig, store: Any, servers: tuple[str, ...
     launch = w.launcher
     jobs = None
     if launch.kind != "inline" and store is not None:
-        launcher: Any = (
+        launcher: Launcher = (
             LocalLauncher(num_processes=launch.num_processes, tool=launch.tool)
             if launch.kind == "local"
             else CommandLauncher(launch.template or "", launch.num_processes, launch.cancel_template)
@@ -78,7 +85,7 @@ def weights_evolver(config: EvolvableConfig, store: Any, servers: tuple[str, ...
 
 def evolvers(
     config: EvolvableConfig, proxy: ProxyConfig, policy_endpoints: dict[str, str], store: Any = None
-) -> dict[Lever, Any]:
+) -> dict[Lever, Evolver]:
     from evolvable.control.evolvers import default_evolvers
     from evolvable.control.evolvers.memory import MemoryEvolver
 
@@ -149,7 +156,7 @@ def replay_suite(
     sanitize: Callable[[MemoryExemplar], MemoryExemplar] | None,
     *,
     store: Any = None,
-    judge: Any = None,
+    judge: Judge | None = None,
 ) -> ReplaySuite | None:
     """The agent's workload plugin; without one, replay from its recorded traffic judged by the judge model
     (single-turn counterfactuals, docs/control_plane.md); neither: no replay gate for this agent."""
@@ -167,6 +174,7 @@ def replay_suite(
     if agent.workload is None:
         from evolvable.control.recorded_replay import RecordedTrafficWorkload
 
+        assert judge is not None  # (without one, the guard above returned)
         return RecordedTrafficWorkload(store, agent.tenant, agent.name, judge=judge).suite(context)
     try:
         return load_workload(agent.workload).suite(context)
@@ -181,7 +189,7 @@ def build_planes(
     store: Any,
     proxy: ProxyConfig,
     *,
-    router: Any = None,
+    router: HarnessRouter | None = None,
     policy_endpoints: dict[str, str] | None = None,
     sanitize: Callable[[MemoryExemplar], MemoryExemplar] | None = None,
 ) -> ControlPlanes:

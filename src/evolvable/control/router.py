@@ -22,6 +22,7 @@ from sqlalchemy.engine import Engine
 from evolvable.control.journal import Journal
 from evolvable.control.models import REPLAY_METADATA_KEY, PolicySpec, RolloutState, VersionKind, VersionRecord
 from evolvable.control.registry import DEFAULT_TENANT, Registry
+from evolvable.control.statistics import Clusterer
 from evolvable.control.task_clusters import ClustererStore, FittedClusterer
 from evolvable.errors import NotFound
 from evolvable.protocol.harness import Harness, render_messages
@@ -90,7 +91,7 @@ class HarnessRouter:
         engine: Engine,
         *,
         refresh_interval_s: float = 5.0,
-        clusterer: Any = None,
+        clusterer: Clusterer | None = None,
         max_sessions: int = 100_000,
         learn_clusters: bool = True,
     ) -> None:
@@ -100,7 +101,7 @@ class HarnessRouter:
             ClustererStore(engine) if learn_clusters else None,
         )
         self.refresh_interval_s = refresh_interval_s
-        self.clusterer = clusterer  # anything with .predict(text) -> str, for memory retrieval by cluster
+        self.clusterer = clusterer  # for memory retrieval by cluster
         self.max_sessions = max_sessions
         self._sessions: OrderedDict[str, Assignment] = OrderedDict()
         self._replay_harnesses: dict[str, Harness] = {}

@@ -115,7 +115,7 @@ def run_demo(cfg: DemoConfig, console: Console | None = None) -> dict[str, Any]:
     with contextlib.ExitStack() as resources:
         with console.status("starting the embedded policy server (the first start converts the model, ~30 s)"):
             stack = resources.enter_context(build_stack(demo_configuration(cfg, harness_file), log_dir=cfg.report_dir))
-        assert stack.planes is not None and stack.router is not None
+        assert stack.planes is not None and stack.router is not None and stack.app is not None
         store, router, endpoint = stack.store, stack.router, stack.policy_endpoints[POLICY_SERVER]
         plane = stack.planes.plane("default")
         safety_set = plane.suites[AGENT_NAME].safety

@@ -21,13 +21,15 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from fastapi import APIRouter, FastAPI
+
 from evolvable.governance.api import AuditReadsMiddleware, governance_routers
 from evolvable.governance.audit import AuditAction
 from evolvable.governance.pipeline import Governor
 from evolvable.governance.purge import DerivedEraser, Purger
 from evolvable.governance.retention import RetentionJob, retention_loop
 from evolvable.governance.tenants import DEFAULT_TENANT, TenantDirectory
-from evolvable.proxy.hooks import Principal
+from evolvable.proxy.hooks import Authenticator, Principal
 from evolvable.settings import get_settings
 
 if TYPE_CHECKING:
@@ -72,8 +74,8 @@ class Governance:
     store: Any
     directory: TenantDirectory
     governor: Governor
-    authenticator: Any
-    routers: list[Any]
+    authenticator: Authenticator
+    routers: list[APIRouter]
     retention_interval_s: float = 3600.0
     erasers: tuple[DerivedEraser, ...] = ()
     """Erase what other components copied from purged runs (the control plane's exemplars); see purge.py."""
@@ -95,7 +97,7 @@ class Governance:
             if admin_key is not None
             else TenantDirectory.from_store(store)
         )
-        authenticator: Any = (
+        authenticator: Authenticator = (
             KeysOnceAnyExist(directory)
             if require_keys is None
             else directory
@@ -124,7 +126,7 @@ class Governance:
             AuditAction.control_action, actor=actor, target=f"{action}:{target}", details={"action": action}
         )
 
-    def install(self, app: Any) -> None:
+    def install(self, app: FastAPI) -> None:
         """Add the read-audit middleware and run the retention loop inside the app's lifespan."""
         app.add_middleware(AuditReadsMiddleware, directory=self.directory)
         inner = app.router.lifespan_context
@@ -132,7 +134,7 @@ class Governance:
         job = RetentionJob(store, directory=self.directory, purger=Purger(store, erasers=self.erasers))
 
         @contextlib.asynccontextmanager
-        async def lifespan(a: Any) -> AsyncIterator[Any]:
+        async def lifespan(a: Any) -> AsyncIterator[Any]:  # (the app's own lifespan decides the state's type)
             async with inner(a) as state:
                 task = asyncio.create_task(retention_loop(store, interval, job=job))
                 try:

@@ -7,13 +7,17 @@ Each evolver is `propose(ctx, proposal) -> HarnessCandidate | PolicyCandidate` a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from evolvable.control.decision import Proposal
 from evolvable.control.models import Lever, PolicySpec, VersionRecord
 from evolvable.control.statistics import AgentStatistics, RunSummary
 from evolvable.errors import ControlError
 from evolvable.protocol.harness import Harness
+
+if TYPE_CHECKING:
+    from evolvable.control.evolvers.reflective import EvolverModel
+    from evolvable.control.gates import ReplaySuite
 
 
 class LeverUnavailable(ControlError):
@@ -29,7 +33,7 @@ class EvolveContext:
     runs: list[RunSummary]
     stats: AgentStatistics
     active_policy: VersionRecord | None = None
-    suite: Any = None
+    suite: ReplaySuite | None = None
     """The agent's ReplaySuite, when one is registered (its runner may explore recorded tasks)."""
 
 
@@ -56,7 +60,7 @@ class Evolver(Protocol):
 
 
 def default_evolvers(
-    evolver_model: Any = None, trainer: Any = None, policy_servers: tuple[str, ...] = ()
+    evolver_model: EvolverModel | None = None, trainer: Any = None, policy_servers: tuple[str, ...] = ()
 ) -> dict[Lever, Evolver]:
     from evolvable.control.evolvers.memory import MemoryEvolver
     from evolvable.control.evolvers.reflective import PromptEvolver, SkillEvolver
