@@ -144,14 +144,14 @@ def build_stack(config: EvolvableConfig, *, log_dir: Path | None = None) -> Stac
         if stack.governance is not None:
             stack.governance.install(app)
         if stack.proxy_config.otlp_export_url:
-            _export_continuously(stack)
+            _export_continuously(stack, app)
     except BaseException:
         stack.close()
         raise
     return stack
 
 
-def _export_continuously(stack: Stack) -> None:
+def _export_continuously(stack: Stack, app: FastAPI) -> None:
     """OTLP out as runs end; headers come from OTEL_EXPORTER_OTLP_(TRACES_)HEADERS (read by the SDK)."""
     from evolvable.proxy.otlp_export import BackgroundExport, install_background_export, otlp_exporter
 
@@ -164,7 +164,7 @@ def _export_continuously(stack: Stack) -> None:
         interval_s=cfg.otlp_export_interval_s,
         settle_s=cfg.otlp_export_settle_s,
     )
-    install_background_export(stack.app, export)
+    install_background_export(app, export)
 
 
 def build_control_only(config: EvolvableConfig) -> Stack:
