@@ -194,7 +194,7 @@ def compute_turn_advantages(
     `negative_scale` multiplies every negative advantage (after `scale`). Updates `baselines` with the
     batch's outcomes afterwards."""
     scored = [e for e in episodes if e.outcome is not None and e.turn_ids]
-    outcomes = [float(e.outcome) for e in scored]  # type: ignore[arg-type]
+    outcomes = [float(e.outcome) for e in scored if e.outcome is not None]  # (all of them: aligned with `scored`)
     by_task: dict[str, list[int]] = defaultdict(list)
     by_cluster: dict[str, list[int]] = defaultdict(list)
     for i, e in enumerate(scored):
