@@ -194,8 +194,8 @@ def parse_answer(text: str, choice: ToolChoice) -> ParsedAnswer:
     if not parsed.tool_calls:
         block = _BLOCK.search(choice.prefill + text)
         arguments = lenient_arguments(block.group(1)) if block and choice.name else None
-        if arguments is not None:
-            parsed = ParsedAnswer(None, [tool_call(choice.name, arguments)])  # type: ignore[arg-type]
+        if arguments is not None and choice.name:
+            parsed = ParsedAnswer(None, [tool_call(choice.name, arguments)])
     check_forced(choice, [c["function"]["name"] for c in parsed.tool_calls], text)
     return parsed
 
