@@ -3,7 +3,8 @@ one run: direct to the mock upstream, Evolvable with `reply_after_spooled: false
 and Evolvable with `reply_after_spooled: true` (the default: spool, then answer; survives kill -9).
 
 Same harness as benchmarks/proxy_overhead.py (its load generator, servers and percentiles), interleaved
-rounds so machine noise hits every target alike; prints a table and the load average.
+rounds so machine noise hits every target alike; prints the same table and the load over the run
+(benchmarks/bench_env.py).
 
     .venv/bin/python benchmarks/capture_durability.py [--duration 3] [--concurrency 1,16]
 
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -23,12 +23,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_env import LoadMonitor, environment
 from evolvable.policy_server.launcher import free_port
 from proxy_overhead import (
     ROOT,
     Servers,
+    add_added_latency,
     cpu_seconds,
     measure_raw,
+    print_table,
     summarize,
     wait_capture_drained,
 )
@@ -67,7 +70,6 @@ def run(duration_s: float, concurrencies: list[int], rounds: int) -> dict[str, A
     workdir = Path(tempfile.mkdtemp(prefix="evolvable-durability-"))
     servers = Servers(workdir)
     results: dict[str, Any] = {
-        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "loadavg_start": os.getloadavg()},
         "duration_s_per_cell": duration_s,
         "rounds": rounds,
         "cells": [],
@@ -101,39 +103,8 @@ def run(duration_s: float, concurrencies: list[int], rounds: int) -> dict[str, A
     finally:
         servers.stop_all()
         shutil.rmtree(workdir, ignore_errors=True)
-    results["machine"]["loadavg_end"] = os.getloadavg()
-    direct = {(c["concurrency"], c["stream"]): c for c in results["cells"] if c["target"] == "direct"}
-    for cell in results["cells"]:
-        base = direct[(cell["concurrency"], cell["stream"])]
-        for key in ("ttlb_p50", "ttlb_p99"):
-            cell[f"added_{key}"] = cell[key] - base[key]
+    add_added_latency(results)
     return results
-
-
-def print_table(results: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title="Capture durability: added latency (ms; added = target - direct)")
-    for col in ("target", "c", "stream", "p50", "p99", "+p50", "+p99", "req/s", "CPU ms/req", "err"):
-        table.add_column(col, justify="right")
-    for c in results["cells"]:
-        table.add_row(
-            c["target"],
-            str(c["concurrency"]),
-            "yes" if c["stream"] else "no",
-            f"{c['ttlb_p50']:.2f}",
-            f"{c['ttlb_p99']:.2f}",
-            f"{c['added_ttlb_p50']:+.2f}",
-            f"{c['added_ttlb_p99']:+.2f}",
-            f"{c['rps']:.0f}",
-            f"{c['proxy_cpu_ms_per_request']:.2f}" if "proxy_cpu_ms_per_request" in c else "",
-            str(c["errors"]),
-        )
-    console = Console(width=max(Console().width, 120))
-    console.print(table)
-    machine = results["machine"]
-    console.print(f"load average: start {machine['loadavg_start']}, end {machine['loadavg_end']}")
 
 
 def main() -> None:
@@ -142,10 +113,13 @@ def main() -> None:
     parser.add_argument("--concurrency", default="1,16")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    results = run(args.duration, [int(c) for c in args.concurrency.split(",")], args.rounds)
+    with LoadMonitor() as monitor:
+        results = run(args.duration, [int(c) for c in args.concurrency.split(",")], args.rounds)
+    results["load_average"] = monitor.summary()
+    results["environment"] = environment(results["load_average"])
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=2))
-    print_table(results)
+    print_table(results, title="Capture durability")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -54,6 +54,9 @@ from evolvable.policy_server.launcher import policy_server
 from evolvable.protocol.harness import Harness
 from evolvable.protocol.models import new_id, utcnow
 from evolvable.store import Store
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_env import LoadMonitor, describe, environment
 
 RESULTS = Path(__file__).parent / "results" / "evolution.json"
 console = Console()
@@ -219,10 +222,11 @@ def run_arm(
     }
 
 
-def write_results(args: argparse.Namespace, runner: Any, results: list[dict], total_s: float) -> None:
+def write_results(
+    args: argparse.Namespace, runner: Any, results: list[dict], total_s: float, load: dict[str, Any]
+) -> None:
     """Written after every arm, so a long run that is cut short still leaves what it measured."""
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    load = os.getloadavg()
     root = Path(__file__).resolve().parents[1]
     out = args.out.resolve()
     shown = str(out.relative_to(root)) if out.is_relative_to(root) else out.name  # no machine paths in results
@@ -231,6 +235,7 @@ def write_results(args: argparse.Namespace, runner: Any, results: list[dict], to
         "episodes_run": runner.episodes_run,
         "total_s": total_s,
         "load_average": load,
+        "environment": environment(load),
         "arms": results,
     }
     args.out.write_text(json.dumps(payload, indent=2, default=str))
@@ -290,11 +295,11 @@ def main() -> None:
         }
         results = []
         t0 = time.perf_counter()
-        with Progress(console=console) as progress:
+        with Progress(console=console) as progress, LoadMonitor() as monitor:
             for name in args.arms.split(","):
                 results.append(run_arm(name, arms[name], args, bench, tasks, progress))
                 r = results[-1]
-                write_results(args, runner, results, time.perf_counter() - t0)
+                write_results(args, runner, results, time.perf_counter() - t0, monitor.summary())
                 console.print(f"[bold]{name}[/]: holdout {r['holdout_success']:.0%}, safety {r['safety_pass']:.0%}")
                 for line in r["log"]:
                     console.print(f"   {line}", highlight=False)
@@ -303,11 +308,7 @@ def main() -> None:
         if server is not None:
             server.__exit__(None, None, None)
     static = next((r for r in results if r["arm"] == "static"), None)
-    load = os.getloadavg()
-    table = Table(
-        title=f"Evolution on {bench.name} (embedded {args.model}, weak starting harness; "
-        f"load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f})"
-    )
+    table = Table(title=f"Evolution on {bench.name} (embedded {args.model}, weak starting harness)")
     for col in ("arm", "holdout success (95% CI)", "vs static", "safety pass", "decisions (lever: state/verdict)"):
         table.add_column(col)
     for r in results:
@@ -328,7 +329,9 @@ def main() -> None:
             summary,
         )
     console.print(table)
-    write_results(args, runner, results, total_s)
+    load = monitor.summary()
+    console.print(describe(load))
+    write_results(args, runner, results, total_s, load)
     console.print(f"{runner.episodes_run} episodes in {total_s:.0f} s; wrote {args.out}")
 
 

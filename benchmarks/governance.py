@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -18,13 +17,10 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for the test builders
-
-from tests.governance.builders import make_trajectory
-
 from evolvable.governance.curation import Deduplicator, QualityConfig, conversation_text, quality_issues
 from evolvable.governance.pipeline import Governor
 from evolvable.governance.tenants import TenantDirectory
+from evolvable.protocol.examples import make_trajectory
 from evolvable.protocol.models import events_for
 from evolvable.store import Store
 

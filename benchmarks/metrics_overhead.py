@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import sys
 import time
@@ -25,6 +24,9 @@ from typing import Any
 
 from evolvable.proxy.metrics import observe_capture, observed
 from evolvable.telemetry import metrics
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_env import LoadMonitor, describe, environment, verdict_blocked
 
 RESULTS = Path(__file__).resolve().parent / "results" / "metrics_overhead.json"
 START = {"type": "http.response.start", "status": 200, "headers": [(b"x-evolvable-overhead-ms", b"0.412")]}
@@ -69,14 +71,13 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=20000)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    load_start = os.getloadavg()
-    direct, instrumented = [], []
-    for _ in range(args.rounds):
-        direct.append(asyncio.run(per_call_us(args.calls, wrapped=False)))
-        instrumented.append(asyncio.run(per_call_us(args.calls, wrapped=True)))
-    scrape, lines = scrape_ms()
-    load_end = os.getloadavg()
-    cpus = os.cpu_count() or 1
+    with LoadMonitor() as monitor:
+        direct, instrumented = [], []
+        for _ in range(args.rounds):
+            direct.append(asyncio.run(per_call_us(args.calls, wrapped=False)))
+            instrumented.append(asyncio.run(per_call_us(args.calls, wrapped=True)))
+        scrape, lines = scrape_ms()
+    load = monitor.summary()
     result = {
         "calls_per_round": args.calls,
         "rounds": args.rounds,
@@ -85,21 +86,16 @@ def main() -> None:
         "added_us_median": round(statistics.median(i - d for i, d in zip(instrumented, direct, strict=True)), 2),
         "scrape_ms": round(scrape, 2),
         "scrape_lines": lines,
-        "machine": {
-            "cpus": cpus,
-            "python": sys.version.split()[0],
-            "loadavg_start": load_start,
-            "loadavg_end": load_end,
-            "loaded": max(load_start[0], load_end[0]) > cpus,
-        },
+        "load_average": load,
+        "environment": environment(load),
     }
     print(f"{'path':<34}{'per request (µs, median of rounds)':>36}")
     print(f"{'ASGI app called directly':<34}{result['direct_us_median']:>36}")
     print(f"{'through observed() + capture':<34}{result['instrumented_us_median']:>36}")
     print(f"{'added by the instrumentation':<34}{result['added_us_median']:>36}")
     print(f"/metrics text: {result['scrape_ms']} ms for {lines} lines")
-    note = " (machine loaded above its core count: figures are upper bounds)" if result["machine"]["loaded"] else ""
-    print(f"load average {load_start[0]:.2f} -> {load_end[0]:.2f} on {cpus} cores{note}")
+    blocked = verdict_blocked(load)
+    print(describe(load) + (" (figures are upper bounds: " + blocked + ")" if blocked else ""))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
 

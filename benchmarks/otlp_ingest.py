@@ -34,6 +34,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from evolvable.policy_server.launcher import free_port
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_env import LoadMonitor, describe, environment
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "otlp_ingest.json"
 T0 = 1_700_000_000_000_000_000
@@ -240,13 +243,13 @@ def main() -> None:
                         if serve.poll() is not None or time.monotonic() > deadline:
                             raise RuntimeError("evolvable serve did not start") from None
                         time.sleep(0.2)
-                load_before = os.getloadavg()[0]
-                rows = [run_mode(client, name, args.traces) for name in MODES]
-                load_after = os.getloadavg()[0]
+                with LoadMonitor() as monitor:
+                    rows = [run_mode(client, name, args.traces) for name in MODES]
         finally:
             serve.terminate()
             serve.wait(30)
-    report = {"traces": args.traces, "load_average_1m": [round(load_before, 2), round(load_after, 2)], "rows": rows}
+    load = monitor.summary()
+    report = {"traces": args.traces, "load_average": load, "environment": environment(load), "rows": rows}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2) + "\n")
     from rich.console import Console
@@ -256,7 +259,7 @@ def main() -> None:
     for r in rows:
         table.add_row(*(str(r[k]) for k in ("mode", "requests", "p50_ms", "p95_ms", "runs_per_s", "spans_per_s")))
     Console().print(table)
-    Console().print(f"load average (1 min) before/after: {report['load_average_1m']}; results in {RESULTS}")
+    Console().print(f"{describe(load)}; results in {RESULTS}")
 
 
 if __name__ == "__main__":

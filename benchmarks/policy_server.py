@@ -28,7 +28,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from evolvable.policy_server.launcher import free_port
+from evolvable.policy_server.launcher import free_port, wait_ready
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_env import LoadMonitor, describe, environment
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "policy_server.json"
@@ -130,26 +133,9 @@ def summarise(
 
 
 def start_server(port: int, max_batch: int) -> subprocess.Popen[bytes]:
-    code = "from evolvable.cli.main import main; main()"
-    command = [sys.executable, "-c", code, "policy-server", "--port", str(port), "--max-batch", str(max_batch)]
+    command = [sys.executable, "-m", "evolvable.policy_server", "--port", str(port), "--max-batch", str(max_batch)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def wait_healthy(url: str, process: subprocess.Popen[bytes], timeout_s: float = 300) -> None:
-    import httpx
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError("the policy server exited during start-up")
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError("the policy server did not become healthy")
 
 
 def warm_up(model: Any, tokenizer: Any) -> None:
@@ -197,14 +183,15 @@ def main() -> None:
         for item in rows:
             item["ratio_vs_sequential_generate"] = round(item["tokens_per_s"] / rows[0]["tokens_per_s"], 2)
             item["cpu_ratio_vs_sequential_generate"] = round(item["tokens_per_cpu_s"] / rows[0]["tokens_per_cpu_s"], 2)
-        result["load_average_1m"] = round(os.getloadavg()[0], 2)
+        result["load_average"] = monitor.summary()
+        result["environment"] = environment(result["load_average"])
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         RESULTS.write_text(json.dumps(result, indent=2) + "\n")
         console.log(f"{row['mode']} c={row['concurrency']}: {row['tokens_per_s']} tokens/s")
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    with Progress(console=console) as progress:
+    with Progress(console=console) as progress, LoadMonitor() as monitor:
         task = progress.add_task("benchmarking", total=6)
         model, tokenizer = load_base_model(MODEL)
         warm_up(model, tokenizer)
@@ -219,7 +206,7 @@ def main() -> None:
         del model
         server = start_server(port, args.max_batch)  # only now, so it never competes with the rows above
         try:
-            wait_healthy(url, server)
+            wait_ready(f"{url}/health", 300, server)
             asyncio.run(run_server(url, prompts(2), 4, 1))  # warm-up
             progress.advance(task)
             for concurrency in (1, 8, 32):
@@ -258,6 +245,7 @@ def main() -> None:
             f"{row['latency_p50_s']:.2f}",
         )
     console.print(table)
+    console.print(describe(result["load_average"]))
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
     console.print(f"wrote {RESULTS.relative_to(ROOT)}")
 

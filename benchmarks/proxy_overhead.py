@@ -333,7 +333,6 @@ def orchestrate(
     workdir = Path(tempfile.mkdtemp(prefix="evolvable-bench-"))
     servers = Servers(workdir)
     results: dict[str, Any] = {
-        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "loadavg_start": os.getloadavg()},
         "duration_s_per_cell": duration_s,
         "rounds": rounds,
         "priority_boost": boost,
@@ -463,12 +462,17 @@ def orchestrate(
     return results
 
 
-def add_deltas(results: dict[str, Any]) -> None:
+def add_added_latency(results: dict[str, Any]) -> None:
+    """Each cell's latency added over the direct call at the same concurrency and streaming."""
     direct = {(c["concurrency"], c["stream"]): c for c in results["cells"] if c["target"] == "direct"}
     for cell in results["cells"]:
         base = direct[(cell["concurrency"], cell["stream"])]
         for key in ("ttlb_p50", "ttlb_p95", "ttlb_p99", "ttfb_p50", "ttfb_p99"):
             cell[f"added_{key}"] = cell[key] - base[key]
+
+
+def add_deltas(results: dict[str, Any]) -> None:
+    add_added_latency(results)
     by = {(c["target"], c["concurrency"], c["stream"]): c for c in results["cells"]}
     checks: dict[str, Any] = {}
     evo, bare, lite = "evolvable (capture on)", "bare pass-through", "litellm proxy"
@@ -492,11 +496,11 @@ def add_deltas(results: dict[str, Any]) -> None:
     results["checks"] = checks
 
 
-def print_table(results: dict[str, Any]) -> None:
+def print_table(results: dict[str, Any], title: str = "Proxy overhead") -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="Proxy overhead (ms; added = target - direct)")
+    table = Table(title=f"{title} (ms; added = target - direct)")
     for col in (
         "target",
         "c",
@@ -575,7 +579,6 @@ def main() -> None:
             results = orchestrate(
                 args.duration, args.skip_litellm, concurrencies, args.rounds, not args.no_boost, args.evolvable_config
             )
-        results["machine"]["loadavg_end"] = os.getloadavg()
         results["load_average"] = monitor.summary()
         results["environment"] = environment(results["load_average"])
         blocked = verdict_blocked(results["load_average"])

@@ -10,13 +10,16 @@ Writes benchmarks/results/wire_translation.json and prints a table.
 from __future__ import annotations
 
 import json
-import os
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from evolvable.proxy.wire import messages, responses
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_env import LoadMonitor, describe, environment
 
 RESULTS = Path(__file__).resolve().parent / "results" / "wire_translation.json"
 SYSTEM = "You are a support agent for an online shop. Answer briefly."
@@ -81,17 +84,20 @@ def measure() -> dict[str, Any]:
             "reply_us": best_us(lambda module=module, request=request: module.reply(REPLY, "x_1", request)),
             "stream_64_chunks_us": best_us(translate_stream, number=50),
         }
-    return {"machine": {"cpus": os.cpu_count(), "loadavg": os.getloadavg()}, "adapters": rows}
+    return {"adapters": rows}
 
 
 def main() -> None:
-    results = measure()
+    with LoadMonitor() as monitor:
+        results = measure()
+    results["load_average"] = monitor.summary()
+    results["environment"] = environment(results["load_average"])
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=2))
     print(f"{'protocol':<10} {'request->chat µs':>17} {'reply->wire µs':>15} {'64-chunk stream µs':>19}")
     for name, row in results["adapters"].items():
         print(f"{name:<10} {row['request_us']:>17.1f} {row['reply_us']:>15.1f} {row['stream_64_chunks_us']:>19.1f}")
-    print(f"load average: {results['machine']['loadavg']}")
+    print(describe(results["load_average"]))
 
 
 if __name__ == "__main__":

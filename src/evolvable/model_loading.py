@@ -94,8 +94,10 @@ def _convert_to_cache(name: str, target: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     source = gguf_path(name)
-    tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
-    model = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(
+        source.parent, gguf_file=source.name, dtype=torch.float32, local_files_only=True
+    )
 
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
@@ -131,7 +133,6 @@ def load_base_model(
 
     `dtype` defaults to float32 (the CPU-friendly choice; the GGUF is dequantized to it anyway).
     """
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -56,7 +56,7 @@ def test_purge_by_user_everywhere(store: Store, tmp_path: Path) -> None:
         ],
     )
 
-    purger = Purger(store, catalog=catalog, spool_purger=offline_spool_purger(spool_dir))
+    purger = Purger(store, spool_purger=offline_spool_purger(spool_dir))
     report = purger.purge(PurgeRequest(tenant_id="acme", end_user="alice@example.com"), actor="key_admin")
     assert report.trajectories == 3 and report.spool_records == 3
     assert report.dataset_items == 3 and report.datasets_invalidated == 1

@@ -15,13 +15,12 @@ evolver or judge names the environment variable that holds its key (`api_key_env
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from evolvable.config_file import read_config_file
 from evolvable.control.models import Lever
 from evolvable.errors import EvolvableError
 
@@ -357,14 +356,7 @@ def _check_proxy(config: EvolvableConfig, source: str) -> None:
 
 def load_config(path: Path) -> EvolvableConfig:
     """Read and validate a YAML (.yaml/.yml) or TOML (.toml) configuration file."""
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise ConfigError(f"cannot read configuration {path}: {err.strerror or err}") from None
-    try:
-        data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
-    except (tomllib.TOMLDecodeError, yaml.YAMLError) as err:
-        raise ConfigError(f"cannot parse configuration {path}: {err}") from None
+    data = read_config_file(path, ConfigError, "configuration")
     config = parse_config(data if data is not None else {}, source=str(path))
     return _relative_to(config, path.parent)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -28,6 +28,7 @@ from evolvable.control.tenancy import ControlPlanes
 from evolvable.control.workloads import Workload, WorkloadContext, WorkloadError, load_entry_point, load_object
 from evolvable.protocol.harness import Harness, MemoryExemplar
 from evolvable.proxy.config import ProxyConfig
+from evolvable.store import Store
 
 if TYPE_CHECKING:
     from evolvable.control.evolvers import Evolver
@@ -57,7 +58,7 @@ def control_config(config: EvolvableConfig) -> ControlConfig:
     )
 
 
-def weights_evolver(config: EvolvableConfig, store: Any, servers: tuple[str, ...]) -> WeightsEvolver:
+def weights_evolver(config: EvolvableConfig, store: Store | None, servers: tuple[str, ...]) -> WeightsEvolver:
     """The weights lever: background jobs through the configured launcher, gated snapshots, hot-loading."""
     from evolvable.control.evolvers.weights import WeightsEvolver
     from evolvable.control.jobs import CommandLauncher, JobManager, LocalLauncher
@@ -84,7 +85,7 @@ def weights_evolver(config: EvolvableConfig, store: Any, servers: tuple[str, ...
 
 
 def evolvers(
-    config: EvolvableConfig, proxy: ProxyConfig, policy_endpoints: dict[str, str], store: Any = None
+    config: EvolvableConfig, proxy: ProxyConfig, policy_endpoints: dict[str, str], store: Store | None = None
 ) -> dict[Lever, Evolver]:
     from evolvable.control.evolvers import default_evolvers
     from evolvable.control.evolvers.memory import MemoryEvolver
@@ -155,7 +156,7 @@ def replay_suite(
     proxy: ProxyConfig,
     sanitize: Callable[[MemoryExemplar], MemoryExemplar] | None,
     *,
-    store: Any = None,
+    store: Store | None = None,
     judge: Judge | None = None,
 ) -> ReplaySuite | None:
     """The agent's workload plugin; without one, replay from its recorded traffic judged by the judge model
@@ -174,7 +175,7 @@ def replay_suite(
     if agent.workload is None:
         from evolvable.control.recorded_replay import RecordedTrafficWorkload
 
-        assert judge is not None  # (without one, the guard above returned)
+        assert store is not None and judge is not None  # (without both, the guard above returned)
         return RecordedTrafficWorkload(store, agent.tenant, agent.name, judge=judge).suite(context)
     try:
         return load_workload(agent.workload).suite(context)
@@ -186,7 +187,7 @@ def replay_suite(
 
 def build_planes(
     config: EvolvableConfig,
-    store: Any,
+    store: Store,
     proxy: ProxyConfig,
     *,
     router: HarnessRouter | None = None,

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from evolvable.errors import EvolvableError
+from evolvable.store import Store
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette

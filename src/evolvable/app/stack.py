@@ -23,6 +23,7 @@ from evolvable.app.endpoints import launch_policy_servers, proxy_config, secret
 from evolvable.control.tenancy import ControlPlanes
 from evolvable.proxy.config import ProxyConfig
 from evolvable.settings import get_settings
+from evolvable.store import Store
 
 if TYPE_CHECKING:
     from fastapi import APIRouter, FastAPI
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
     from evolvable.governance import Governance
     from evolvable.governance.redaction.tokenizer_registry import TokenizerRegistry
     from evolvable.proxy.hooks import Authenticator
-    from evolvable.store import Store
 
 
 @dataclass

@@ -15,11 +15,9 @@ def upgrade(db: str | None = DB_OPTION) -> None:
     from rich.console import Console
 
     from evolvable.store import Store
-    from evolvable.store.migrate import current_revision
 
     store = Store.open(db)
-    with store.engine.connect() as conn:
-        revision = current_revision(conn)
+    revision = store.schema_revision()
     Console().print(f"{store!r} is at revision [bold]{revision}[/]")
     store.close()
 

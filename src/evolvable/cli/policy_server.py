@@ -27,43 +27,24 @@ def policy_server(
     """Serve an embedded model (OpenAI-compatible, vLLM token-id fields, LoRA hot-loading)."""
     import os
 
+    # An entry point's process-wide defaults, before torch loads OpenMP: idle OpenMP threads sleep instead
+    # of spinning. On shared cores spinning threads starve every other process (measured: 0.3 -> 10
+    # tokens/s under load); see docs/policy_server.md.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    # Before torch loads OpenMP: idle OpenMP threads sleep instead of spinning. On shared cores spinning
-    # threads starve every other process (measured: 0.3 -> 10 tokens/s under load); see docs/policy_server.md.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    import uvicorn
     from rich.console import Console
 
-    from evolvable.errors import EvolvableError
-    from evolvable.model_loading import MODELS, load_base_model
-    from evolvable.policy_server.app import create_app
-    from evolvable.policy_server.engine import Engine
+    from evolvable.policy_server.serve import serve
 
     console = Console(stderr=True)
-    if logprobs_mode not in ("raw", "processed"):
-        raise EvolvableError(f"--logprobs-mode must be raw or processed, not {logprobs_mode!r}")
-    adapters = []
-    for item in lora:
-        name, sep, path = item.partition("=")
-        if not sep or not name or not path:
-            raise EvolvableError(f"--lora expects NAME=PATH, got {item!r}")
-        adapters.append((name, path))
-    with console.status(f"loading {model} (the first run converts the GGUF weights, ~30 s)"):
-        base, tokenizer = load_base_model(model)
-    engine = Engine(
-        base,
-        tokenizer,
-        model_name=model,
+    serve(
+        model,
+        host=host,
+        port=port,
         max_batch=max_batch,
-        logprobs_mode=logprobs_mode,  # type: ignore[arg-type]
+        logprobs_mode=logprobs_mode,
         prefix_cache_mb=prefix_cache_mb,
+        lora=lora,
+        on_loading=lambda name: console.print(f"loading {name} (the first run converts the GGUF weights, ~30 s)"),
+        on_serving=console.print,
     )
-    for name, path in adapters:
-        engine.load_adapter(name, path)
-    console.print(f"serving [bold]{model}[/] on http://{host}:{port}/v1 (max batch {max_batch})")
-    try:
-        uvicorn.run(
-            create_app(engine, aliases=(MODELS[model].display_name,)), host=host, port=port, log_level="warning"
-        )
-    finally:
-        engine.stop()

@@ -14,14 +14,12 @@ admin keys stored in the database are honoured like the bootstrap one.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
-from fastapi import Request, Response
-from fastapi.routing import APIRoute
+from fastapi import Request
 
-from evolvable.proxy.errors import APIError, error_response
+from evolvable.errors import Forbidden, ResourceNotFound, Unauthenticated
 from evolvable.proxy.hooks import Authenticator, Principal
 
 
@@ -47,20 +45,16 @@ class Access:
             return self.tenant
         if self.operator:
             return requested
-        raise not_found(f"no tenant {requested!r}")
+        raise ResourceNotFound(f"no tenant {requested!r}")
 
     def can_read(self, tenant: str) -> bool:
         return self.operator or tenant == self.tenant
 
     def require_write(self, tenant: str) -> None:
         if not self.can_read(tenant):
-            raise not_found("not found")
+            raise ResourceNotFound("not found")
         if not self.principal.is_admin:
-            raise APIError(403, "this action needs an admin key", "permission_error", "admin_required")
-
-
-def not_found(message: str) -> APIError:
-    return APIError(404, message, "invalid_request_error", "not_found")
+            raise Forbidden("this action needs an admin key", code="admin_required")
 
 
 def bearer(request: Request) -> str | None:
@@ -77,22 +71,7 @@ def access_dependency(authenticator: Authenticator) -> Callable[[Request], Await
         token = bearer(request)
         principal = await asyncio.to_thread(authenticator.authenticate, token) if token else None
         if principal is None:
-            raise APIError(401, "missing or invalid API key", "invalid_request_error", "invalid_api_key")
+            raise Unauthenticated("missing or invalid API key")
         return Access(principal)
 
     return access
-
-
-class ErrorShapedRoute(APIRoute):
-    """Renders `APIError` (from a route or a dependency) as `{"error": {...}}` in whatever app mounts the router."""
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
-
-        async def handle(request: Request) -> Response:
-            try:
-                return await handler(request)
-            except APIError as err:
-                return error_response(err.status_code, err.message, err.error_type, err.code)
-
-        return handle

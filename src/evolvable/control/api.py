@@ -24,15 +24,15 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from pydantic import ValidationError
 
-from evolvable.control.access import Access, ErrorShapedRoute, access_dependency, not_found
+from evolvable.control.access import Access, access_dependency
 from evolvable.control.journal import Journal
 from evolvable.control.models import VersionKind, VersionState
 from evolvable.control.router import HarnessRouter
 from evolvable.control.runtime import ControlPlane
 from evolvable.control.tenancy import ControlPlanes
-from evolvable.errors import ControlError, NotFound
+from evolvable.errors import Conflict, ControlError, InvalidRequest, NotFound, ResourceNotFound
+from evolvable.http_errors import ErrorShapedRoute
 from evolvable.protocol.harness import Harness
-from evolvable.proxy.errors import APIError
 from evolvable.proxy.hooks import Authenticator
 
 
@@ -41,9 +41,9 @@ async def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     try:
         result = await asyncio.to_thread(fn, *args, **kwargs)
     except NotFound as err:
-        raise not_found(str(err)) from None
+        raise ResourceNotFound(str(err)) from None
     except ControlError as err:
-        raise APIError(409, str(err), "invalid_request_error", "conflict") from None
+        raise Conflict(str(err), code="conflict") from None
     return result.model_dump(mode="json") if hasattr(result, "model_dump") else result
 
 
@@ -61,6 +61,17 @@ def create_control_router(
     (`evolvable serve` writes it to the audit log)."""
     if isinstance(planes, ControlPlane):
         planes = ControlPlanes.single(planes)
+    api = APIRouter(lifespan=_lifespan(planes, harness_router, tick_interval_s), route_class=ErrorShapedRoute)
+    caller = Depends(access_dependency(authenticator))
+    _harness_routes(api, planes, harness_router, caller)
+    _control_routes(api, planes, caller, on_action)
+    return api
+
+
+def _lifespan(
+    planes: ControlPlanes, harness_router: HarnessRouter | None, tick_interval_s: float | None
+) -> Callable[[Any], contextlib.AbstractAsyncContextManager[None]]:
+    """Start the harness router's snapshot and (with `tick_interval_s`) the background ticks with the app."""
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Any) -> AsyncIterator[None]:
@@ -78,24 +89,11 @@ def create_control_router(
             if harness_router is not None:
                 harness_router.stop()
 
-    api = APIRouter(lifespan=lifespan, route_class=ErrorShapedRoute)
-    caller = Depends(access_dependency(authenticator))
+    return lifespan
 
-    def owner(kind: str, object_id: str, access: Access) -> ControlPlane:
-        """The plane of the tenant that owns a decision or rollout, if the caller may see it; else 404."""
-        every_tenant = Journal(planes.plane(access.tenant).store.engine, tenant=None)
-        try:
-            record = every_tenant.decision(object_id) if kind == "decision" else every_tenant.rollout(object_id)
-        except NotFound:
-            raise not_found(f"no {kind} {object_id!r}") from None
-        if not access.can_read(record.tenant):
-            raise not_found(f"no {kind} {object_id!r}")
-        return planes.plane(record.tenant)
 
-    async def acted(result: Any, access: Access, action: str, target: str) -> Any:
-        if on_action is not None:
-            await asyncio.to_thread(on_action, access.actor, action, target)
-        return result
+def _harness_routes(api: APIRouter, planes: ControlPlanes, harness_router: HarnessRouter | None, caller: Any) -> None:
+    """An agent's active harness (what its sessions get), and registering a new one."""
 
     @api.get("/v1/agents/{name}/harness")
     async def get_harness(
@@ -108,7 +106,7 @@ def create_control_router(
             record = planes.plane(scope).registry.current(name, VersionKind.harness, VersionState.active)
             harness, version = (record.harness(), record.id) if record else (None, None)
         if harness is None:
-            raise not_found(f"agent {name!r} has no active harness")
+            raise ResourceNotFound(f"agent {name!r} has no active harness")
         return {"agent": name, "tenant": scope, "harness_version": version, "harness": harness.model_dump(mode="json")}
 
     @api.post("/v1/agents/{name}/harness")
@@ -120,15 +118,37 @@ def create_control_router(
         try:
             harness = Harness.model_validate_json(await request.body())
         except ValidationError as err:
-            raise APIError(400, f"invalid harness: {err.errors()[0]['msg']}", "invalid_request_error") from None
+            raise InvalidRequest(f"invalid harness: {err.errors()[0]['msg']}") from None
         if harness.agent != name:
-            raise APIError(400, f"harness is for agent {harness.agent!r}, not {name!r}", "invalid_request_error")
+            raise InvalidRequest(f"harness is for agent {harness.agent!r}, not {name!r}")
         state = VersionState.active if activate else VersionState.candidate
         registry = planes.plane(scope).registry
         record = await _call(registry.register_harness, harness, state=state, note="api", created_by=access.actor)
         if harness_router is not None:
             await asyncio.to_thread(harness_router.refresh)
         return record
+
+
+def _control_routes(
+    api: APIRouter, planes: ControlPlanes, caller: Any, on_action: Callable[[str, str, str], None] | None
+) -> None:
+    """The control plane's status, decisions and rollouts, and the operator's actions on them."""
+
+    def owner(kind: str, object_id: str, access: Access) -> ControlPlane:
+        """The plane of the tenant that owns a decision or rollout, if the caller may see it; else 404."""
+        every_tenant = Journal(planes.plane(access.tenant).store.engine, tenant=None)
+        try:
+            record = every_tenant.decision(object_id) if kind == "decision" else every_tenant.rollout(object_id)
+        except NotFound:
+            raise ResourceNotFound(f"no {kind} {object_id!r}") from None
+        if not access.can_read(record.tenant):
+            raise ResourceNotFound(f"no {kind} {object_id!r}")
+        return planes.plane(record.tenant)
+
+    async def acted(result: Any, access: Access, action: str, target: str) -> Any:
+        if on_action is not None:
+            await asyncio.to_thread(on_action, access.actor, action, target)
+        return result
 
     @api.get("/v1/control/status")
     async def status(agent: str | None = None, tenant: str | None = None, access: Access = caller) -> Any:
@@ -174,5 +194,3 @@ def create_control_router(
         access.require_write(scope or access.tenant)
         report = await asyncio.to_thread(planes.tick, scope, agent)
         return {"leader": report.leader, "actions": report.actions, "decisions": report.decisions}
-
-    return api

@@ -24,6 +24,7 @@ from typing import Any
 from evolvable.control.model_call import chat
 from evolvable.control.models import REPLAY_METADATA_KEY
 from evolvable.protocol.models import LLMCallStep, Signal, SignalAttached, SignalKind, Trajectory, TrajectoryStatus
+from evolvable.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -267,7 +268,9 @@ class Judge:
             )
         return out
 
-    def judge_pending(self, store: Any, agent: str, *, tenant_id: str | None = None, window: int = 300) -> JudgeReport:
+    def judge_pending(
+        self, store: Store, agent: str, *, tenant_id: str | None = None, window: int = 300
+    ) -> JudgeReport:
         """Score the agent's ended or abandoned runs that carry no judge signal yet, cluster by cluster."""
         from evolvable.control.statistics import task_text_of
         from evolvable.store import TrajectoryFilter

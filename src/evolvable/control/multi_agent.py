@@ -19,6 +19,7 @@ from typing import Any
 from evolvable.control.models import REPLAY_METADATA_KEY
 from evolvable.control.statistics import Clusterer, RunSummary, summarize
 from evolvable.protocol.models import HandoffStep, LLMCallStep, Trajectory, TrajectoryStatus
+from evolvable.store import Store
 
 
 def sub_agents_of(t: Trajectory) -> list[str]:
@@ -58,7 +59,7 @@ def sub_agent_view(t: Trajectory, agent: str) -> Trajectory | None:
 
 
 def load_sub_agent_runs(
-    store: Any,
+    store: Store,
     orchestrator: str,
     agent: str,
     *,

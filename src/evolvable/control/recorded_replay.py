@@ -32,6 +32,7 @@ from evolvable.control.statistics import summarize, task_text_of
 from evolvable.control.workloads import WorkloadContext
 from evolvable.protocol.harness import Harness, render_messages
 from evolvable.protocol.models import ChatMessage, Trajectory, TrajectoryStatus
+from evolvable.store import Store
 
 ENDED = [TrajectoryStatus.completed.value, TrajectoryStatus.failed.value, TrajectoryStatus.abandoned.value]
 
@@ -205,7 +206,7 @@ class RecordedTrafficWorkload:
 
     def __init__(
         self,
-        store: Any,
+        store: Store,
         tenant: str | None,
         agent: str,
         *,

@@ -14,45 +14,19 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
-from datetime import UTC, datetime
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, overload
+from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine
 
 from evolvable.control.models import TRANSITIONS, PolicySpec, Transition, VersionKind, VersionRecord, VersionState
 from evolvable.errors import ControlError, NotFound
 from evolvable.protocol.harness import Harness
-from evolvable.store.engine import WRITE_OPTIONS
-from evolvable.store.tables.registry import registry_transitions, registry_versions
+from evolvable.store.repos.base import now, utc
+from evolvable.store.repos.registry import RegistryChange, RegistryRows, registry_rows
 
-
-@contextmanager
-def write_transaction(engine: Engine) -> Iterator[Connection]:
-    """A write transaction; on SQLite it takes the write lock up front (BEGIN IMMEDIATE), so
-    concurrent writers queue on the busy timeout instead of failing on a lock upgrade."""
-    with engine.connect() as conn:
-        conn = conn.execution_options(**WRITE_OPTIONS)
-        with conn.begin():
-            yield conn
-
-
-@overload
-def utc(value: datetime) -> datetime: ...
-@overload
-def utc(value: None) -> None: ...
-def utc(value: datetime | None) -> datetime | None:
-    """SQLite hands back naive datetimes; everything we store is UTC."""
-    if value is None:
-        return None
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
-
-
-def now() -> datetime:
-    return datetime.now(UTC)
+__all__ = ["DEFAULT_TENANT", "Registry", "diff_harnesses", "now", "render_diff", "scoped_id", "utc"]
 
 
 def _adapter_digest(path: str | None) -> str | None:
@@ -86,30 +60,35 @@ def scoped_id(tenant: str, content_id: str) -> str:
     return prefix + hashlib.sha256(f"{tenant}\0{content_id}".encode()).hexdigest()[:16]
 
 
-def _row_to_version(row: Any) -> VersionRecord:
+def _row_to_version(row: Mapping[str, Any]) -> VersionRecord:
     return VersionRecord(
-        id=row.id,
-        kind=VersionKind(row.kind),
-        agent=row.agent,
-        tenant=row.tenant,
-        state=VersionState(row.state),
-        parent_id=row.parent_id,
-        content=row.content,
-        lineage=row.lineage or {},
-        note=row.note or "",
-        created_by=row.created_by,
-        created_at=utc(row.created_at),
-        updated_at=utc(row.updated_at),
+        id=row["id"],
+        kind=VersionKind(row["kind"]),
+        agent=row["agent"],
+        tenant=row["tenant"],
+        state=VersionState(row["state"]),
+        parent_id=row["parent_id"],
+        content=row["content"],
+        lineage=row["lineage"] or {},
+        note=row["note"] or "",
+        created_by=row["created_by"],
+        created_at=utc(row["created_at"]),
+        updated_at=utc(row["updated_at"]),
     )
+
+
+def _maybe_version(row: Mapping[str, Any] | None) -> VersionRecord | None:
+    return None if row is None else _row_to_version(row)
 
 
 class Registry:
     """Versions of one tenant's agents' harnesses and policies. Thread-safe; each call is one transaction.
 
-    `tenant=None` reads every tenant (the harness router's snapshot); it registers into `default`."""
+    `tenant=None` reads every tenant (the harness router's snapshot); it registers into `default`.
+    `rows` is the registry repository, or the store's engine (wrapped in the SQL one)."""
 
-    def __init__(self, engine: Engine, tenant: str | None = DEFAULT_TENANT) -> None:
-        self.engine = engine
+    def __init__(self, rows: RegistryRows | sa.Engine, tenant: str | None = DEFAULT_TENANT) -> None:
+        self.rows = registry_rows(rows)
         self.tenant = tenant
 
     @property
@@ -119,9 +98,6 @@ class Registry:
     def version_id(self, harness: Harness) -> str:
         """The id `harness` has (or would have) in this registry's tenant."""
         return scoped_id(self.writes_to, harness.content_hash())
-
-    def _scoped(self, q: Any, table: sa.Table = registry_versions) -> Any:
-        return q if self.tenant is None else q.where(table.c.tenant == self.tenant)
 
     # ------------------------------------------------------------------ registering
 
@@ -188,31 +164,31 @@ class Registry:
         created_by: str,
         lineage: dict[str, Any],
     ) -> VersionRecord:
-        with write_transaction(self.engine) as conn:
-            existing = self._get(conn, version_id)
+        with self.rows.change() as change:
+            existing = self._get(change, version_id)
             if existing is None:
                 if parent is None and kind == VersionKind.harness:
-                    active = self._current(conn, agent, kind, VersionState.active)
-                    parent = active.id if active else None
+                    active = change.current(agent, kind.value, VersionState.active.value, tenant=self.writes_to)
+                    parent = active["id"] if active else None
                 ts = now()
-                conn.execute(
-                    registry_versions.insert().values(
-                        id=version_id,
-                        kind=kind.value,
-                        agent=agent,
-                        tenant=self.writes_to,
-                        state=VersionState.candidate.value,
-                        parent_id=parent,
-                        content=content,
-                        lineage=lineage,
-                        note=note,
-                        created_by=created_by,
-                        created_at=ts,
-                        updated_at=ts,
-                    )
+                change.insert_version(
+                    {
+                        "id": version_id,
+                        "kind": kind.value,
+                        "agent": agent,
+                        "tenant": self.writes_to,
+                        "state": VersionState.candidate.value,
+                        "parent_id": parent,
+                        "content": content,
+                        "lineage": lineage,
+                        "note": note,
+                        "created_by": created_by,
+                        "created_at": ts,
+                        "updated_at": ts,
+                    }
                 )
-                self._log(
-                    conn,
+                _log(
+                    change,
                     version_id,
                     kind,
                     agent,
@@ -222,11 +198,11 @@ class Registry:
                     note or "registered",
                     created_by,
                 )
-                existing = self._get(conn, version_id)
+                existing = self._get(change, version_id)
                 assert existing is not None
             if state != VersionState.candidate and existing.state != state:
-                self._move(conn, existing, state, reason=note or f"registered as {state.value}", actor=created_by)
-                existing = self._get(conn, version_id)
+                self._move(change, existing, state, reason=note or f"registered as {state.value}", actor=created_by)
+                existing = self._get(change, version_id)
                 assert existing is not None
             return existing
 
@@ -234,8 +210,7 @@ class Registry:
 
     def get(self, version_id: str) -> VersionRecord:
         """A version of this registry's tenant; another tenant's is NotFound, like a missing one."""
-        with self.engine.connect() as conn:
-            found = self._get(conn, version_id)
+        found = _maybe_version(self.rows.version(version_id, tenant=self.tenant))
         if found is None:
             raise NotFound(f"no registry version {version_id!r}")
         return found
@@ -247,15 +222,7 @@ class Registry:
             if found is None:
                 raise NotFound(f"agent {agent!r} has no {ref} {kind.value} version")
             return found
-        with self.engine.connect() as conn:
-            rows = conn.execute(
-                self._scoped(
-                    sa.select(registry_versions).where(
-                        registry_versions.c.id.like(f"{ref}%"),
-                        registry_versions.c.kind == kind.value,
-                    )
-                )
-            ).all()
+        rows = self.rows.by_prefix(ref, kind.value, tenant=self.tenant)
         if not rows:
             raise NotFound(f"no {kind.value} version matches {ref!r}")
         if len(rows) > 1:
@@ -263,35 +230,29 @@ class Registry:
         return _row_to_version(rows[0])
 
     def current(self, agent: str, kind: VersionKind, state: VersionState) -> VersionRecord | None:
-        with self.engine.connect() as conn:
-            return self._current(conn, agent, kind, state)
+        return _maybe_version(self.rows.current(agent, kind.value, state.value, tenant=self.writes_to))
 
     def versions(
         self, agent: str | None = None, kind: VersionKind | None = None, states: list[VersionState] | None = None
     ) -> list[VersionRecord]:
-        q = self._scoped(sa.select(registry_versions).order_by(registry_versions.c.created_at))
-        if agent is not None:
-            q = q.where(registry_versions.c.agent == agent)
-        if kind is not None:
-            q = q.where(registry_versions.c.kind == kind.value)
-        if states:
-            q = q.where(registry_versions.c.state.in_([s.value for s in states]))
-        with self.engine.connect() as conn:
-            return [_row_to_version(r) for r in conn.execute(q)]
+        rows = self.rows.versions(
+            tenant=self.tenant,
+            agent=agent,
+            kind=kind.value if kind is not None else None,
+            states=[s.value for s in states] if states else None,
+        )
+        return [_row_to_version(r) for r in rows]
 
     def served(self) -> list[VersionRecord]:
         """Every active and canary version: what the proxy's cache holds."""
         return self.versions(states=[VersionState.active, VersionState.canary])
 
     def agents(self) -> list[str]:
-        with self.engine.connect() as conn:
-            return sorted(r[0] for r in conn.execute(self._scoped(sa.select(registry_versions.c.agent).distinct())))
+        return self.rows.agents(tenant=self.tenant)
 
     def tenants(self) -> list[str]:
         """Tenants with any version in this registry's scope."""
-        with self.engine.connect() as conn:
-            query = self._scoped(sa.select(registry_versions.c.tenant).distinct())
-            return sorted(r[0] for r in conn.execute(query))
+        return self.rows.tenants(tenant=self.tenant)
 
     def lineage(self, version_id: str) -> list[VersionRecord]:
         """The version and its ancestors, newest first."""
@@ -309,26 +270,20 @@ class Registry:
         return chain
 
     def transitions(self, version_id: str | None = None, agent: str | None = None) -> list[Transition]:
-        q = self._scoped(sa.select(registry_transitions).order_by(registry_transitions.c.id), registry_transitions)
-        if version_id:
-            q = q.where(registry_transitions.c.version_id == version_id)
-        if agent:
-            q = q.where(registry_transitions.c.agent == agent)
-        with self.engine.connect() as conn:
-            return [
-                Transition(
-                    version_id=r.version_id,
-                    kind=VersionKind(r.kind),
-                    agent=r.agent,
-                    tenant=r.tenant,
-                    from_state=VersionState(r.from_state) if r.from_state else None,
-                    to_state=VersionState(r.to_state),
-                    reason=r.reason,
-                    actor=r.actor,
-                    at=utc(r.at),
-                )
-                for r in conn.execute(q)
-            ]
+        return [
+            Transition(
+                version_id=r["version_id"],
+                kind=VersionKind(r["kind"]),
+                agent=r["agent"],
+                tenant=r["tenant"],
+                from_state=VersionState(r["from_state"]) if r["from_state"] else None,
+                to_state=VersionState(r["to_state"]),
+                reason=r["reason"],
+                actor=r["actor"],
+                at=utc(r["at"]),
+            )
+            for r in self.rows.transitions(tenant=self.tenant, version_id=version_id, agent=agent)
+        ]
 
     # ------------------------------------------------------------------ erasure
 
@@ -339,25 +294,19 @@ class Registry:
         if not trajectory_ids:
             return {"exemplars": 0, "harness_versions": 0}
         erased = versions = 0
-        with write_transaction(self.engine) as conn:
-            rows = conn.execute(
-                self._scoped(sa.select(registry_versions).where(registry_versions.c.kind == VersionKind.harness.value))
-            ).all()
-            for row in rows:
-                memory = row.content.get("memory") or []
+        with self.rows.change() as change:
+            for row in change.harness_versions(tenant=self.tenant):
+                content = row["content"]
+                memory = content.get("memory") or []
                 keep = [ex for ex in memory if ex.get("source_trajectory_id") not in trajectory_ids]
                 if len(keep) == len(memory):
                     continue
-                lineage = dict(row.lineage or {})
+                lineage = dict(row["lineage"] or {})
                 lineage["erased"] = [
                     *lineage.get("erased", []),
                     {"exemplars": len(memory) - len(keep), "reason": reason},
                 ]
-                conn.execute(
-                    registry_versions.update()
-                    .where(registry_versions.c.id == row.id)
-                    .values(content={**row.content, "memory": keep}, lineage=lineage, updated_at=now())
-                )
+                change.set_content(row["id"], {**content, "memory": keep}, lineage, now())
                 erased += len(memory) - len(keep)
                 versions += 1
         return {"exemplars": erased, "harness_versions": versions}
@@ -368,12 +317,12 @@ class Registry:
         self, version_id: str, to_state: VersionState, *, reason: str = "", actor: str = "user"
     ) -> VersionRecord:
         """Move one version along the transition table. Promoting to active retires the previous active."""
-        with write_transaction(self.engine) as conn:
-            record = self._get(conn, version_id, lock=True)
+        with self.rows.change() as change:
+            record = self._get(change, version_id, lock=True)
             if record is None:
                 raise NotFound(f"no registry version {version_id!r}")
-            self._move(conn, record, to_state, reason=reason, actor=actor)
-            result = self._get(conn, version_id)
+            self._move(change, record, to_state, reason=reason, actor=actor)
+            result = self._get(change, version_id)
             assert result is not None
             return result
 
@@ -391,7 +340,7 @@ class Registry:
         return self.transition(version_id, VersionState.active, reason=reason, actor=actor)
 
     def _move(
-        self, conn: Connection, record: VersionRecord, to_state: VersionState, *, reason: str, actor: str
+        self, change: RegistryChange, record: VersionRecord, to_state: VersionState, *, reason: str, actor: str
     ) -> None:
         if record.state == to_state:
             return
@@ -400,78 +349,51 @@ class Registry:
                 f"{record.kind.value} version {record.id} cannot go from {record.state.value} to {to_state.value}"
             )
         if to_state in (VersionState.active, VersionState.canary):
-            occupant = self._current(conn, record.agent, record.kind, to_state, lock=True, tenant=record.tenant)
+            occupant = _maybe_version(
+                change.current(record.agent, record.kind.value, to_state.value, tenant=record.tenant, lock=True)
+            )
             if occupant is not None and occupant.id != record.id:
                 if to_state == VersionState.canary:
                     raise ControlError(
                         f"agent {record.agent!r} already has a {record.kind.value} canary ({occupant.id}); "
                         "promote or roll it back first"
                     )
-                self._set_state(conn, occupant, VersionState.retired, f"replaced by {record.id}", actor)
-        self._set_state(conn, record, to_state, reason, actor)
+                _set_state(change, occupant, VersionState.retired, f"replaced by {record.id}", actor)
+        _set_state(change, record, to_state, reason, actor)
 
-    def _set_state(
-        self, conn: Connection, record: VersionRecord, to_state: VersionState, reason: str, actor: str
-    ) -> None:
-        conn.execute(
-            registry_versions.update()
-            .where(registry_versions.c.id == record.id)
-            .values(state=to_state.value, updated_at=now())
-        )
-        self._log(conn, record.id, record.kind, record.agent, record.tenant, record.state, to_state, reason, actor)
+    def _get(self, change: RegistryChange, version_id: str, lock: bool = False) -> VersionRecord | None:
+        return _maybe_version(change.version(version_id, tenant=self.tenant, lock=lock))
 
-    @staticmethod
-    def _log(
-        conn: Connection,
-        version_id: str,
-        kind: VersionKind,
-        agent: str,
-        tenant: str,
-        from_state: VersionState | None,
-        to_state: VersionState,
-        reason: str,
-        actor: str,
-    ) -> None:
-        conn.execute(
-            registry_transitions.insert().values(
-                version_id=version_id,
-                kind=kind.value,
-                agent=agent,
-                tenant=tenant,
-                from_state=from_state.value if from_state else None,
-                to_state=to_state.value,
-                reason=reason,
-                actor=actor,
-                at=now(),
-            )
-        )
 
-    def _get(self, conn: Connection, version_id: str, lock: bool = False) -> VersionRecord | None:
-        q = self._scoped(sa.select(registry_versions).where(registry_versions.c.id == version_id))
-        if lock and conn.dialect.name == "postgresql":
-            q = q.with_for_update()
-        row = conn.execute(q).first()
-        return _row_to_version(row) if row else None
+def _set_state(change: RegistryChange, record: VersionRecord, to_state: VersionState, reason: str, actor: str) -> None:
+    change.set_state(record.id, to_state.value, now())
+    _log(change, record.id, record.kind, record.agent, record.tenant, record.state, to_state, reason, actor)
 
-    def _current(
-        self,
-        conn: Connection,
-        agent: str,
-        kind: VersionKind,
-        state: VersionState,
-        lock: bool = False,
-        tenant: str | None = None,
-    ) -> VersionRecord | None:
-        q = sa.select(registry_versions).where(
-            registry_versions.c.agent == agent,
-            registry_versions.c.kind == kind.value,
-            registry_versions.c.state == state.value,
-            registry_versions.c.tenant == (tenant or self.writes_to),
-        )
-        if lock and conn.dialect.name == "postgresql":
-            q = q.with_for_update()
-        row = conn.execute(q).first()
-        return _row_to_version(row) if row else None
+
+def _log(
+    change: RegistryChange,
+    version_id: str,
+    kind: VersionKind,
+    agent: str,
+    tenant: str,
+    from_state: VersionState | None,
+    to_state: VersionState,
+    reason: str,
+    actor: str,
+) -> None:
+    change.log_transition(
+        {
+            "version_id": version_id,
+            "kind": kind.value,
+            "agent": agent,
+            "tenant": tenant,
+            "from_state": from_state.value if from_state else None,
+            "to_state": to_state.value,
+            "reason": reason,
+            "actor": actor,
+            "at": now(),
+        }
+    )
 
 
 # ---------------------------------------------------------------------- diff

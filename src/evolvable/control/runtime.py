@@ -55,6 +55,7 @@ from evolvable.control.stats_math import wilson_interval, worse_pvalue
 from evolvable.control.task_clusters import TaskClusters
 from evolvable.errors import ControlError
 from evolvable.protocol.harness import Harness
+from evolvable.store import Store
 
 if TYPE_CHECKING:
     from evolvable.control.evolvers.reflective import EvolverModel
@@ -95,10 +96,22 @@ class TickReport:
         return "\n".join(self.actions) or "nothing to do"
 
 
+@dataclass(frozen=True)
+class _Candidate:
+    """A registered candidate version and the baseline its gates compare it with."""
+
+    record: VersionRecord
+    kind: VersionKind
+    harness: Harness
+    base_harness: Harness
+    policy: PolicySpec | None
+    base_policy: PolicySpec | None
+
+
 class ControlPlane:
     def __init__(
         self,
-        store: Any,
+        store: Store,
         *,
         config: ControlConfig | None = None,
         evolvers: dict[Lever, Evolver] | None = None,
@@ -315,7 +328,50 @@ class ControlPlane:
         runs: list[RunSummary],
         report: TickReport,
     ) -> None:
+        """Journal the decision, then carry it as far as it goes: evolve a candidate, register it, gate it,
+        and start its canary (or wait for approval). Every stop is recorded on the decision."""
         started = time.monotonic()
+        decision = self._open_decision(agent, proposal, ctx, active, report)
+        say = f"{agent}: {proposal.lever.value} ({proposal.rule})"
+        if proposal.lever == Lever.rollback:
+            target = proposal.target["restore"]
+            self.registry.restore(target, reason=f"decision {decision.id}: {proposal.rationale}", actor="control-plane")
+            self.journal.update_decision(
+                decision.id, state=DecisionState.applied, candidate_kind=VersionKind.harness, candidate_version=target
+            )
+            report.actions.append(f"{say}: restored {target}")
+            return
+        ectx = EvolveContext(
+            agent, self.store, active.harness(), active.id, runs, ctx.stats, policy, suite=self.suites.get(agent)
+        )
+        proposed = self._propose(ectx, proposal, decision.id, report, say)
+        if proposed is None:
+            return
+        candidate = self._register(agent, proposed, decision.id, active, policy, report, say)
+        if candidate is None:
+            return
+        decision = self.journal.update_decision(
+            decision.id,
+            candidate_kind=candidate.kind,
+            candidate_version=candidate.record.id,
+            baseline_version=active.id if candidate.kind == VersionKind.harness else (policy.id if policy else None),
+        )
+        if self._over_budget(decision.id, started, "evolver", report, say):
+            return
+        gates = self._gate(agent, candidate, decision.id, started, report, say)
+        if gates is None:
+            return
+        self.journal.update_decision(decision.id, gates=gates)
+        if decision.requires_approval:
+            self.journal.update_decision(decision.id, state=DecisionState.awaiting_approval)
+            report.actions.append(f"{say}: candidate {candidate.record.id} passed the gates; awaiting approval")
+            return
+        self._start(self.journal.decision(decision.id), report)
+
+    def _open_decision(
+        self, agent: str, proposal: Proposal, ctx: DecisionContext, active: VersionRecord, report: TickReport
+    ) -> Decision:
+        """Journal the proposal with the evidence it rests on, before anything acts on it."""
         stats = ctx.stats
         evidence = {
             "leader": self.leader.holder,
@@ -339,124 +395,124 @@ class ControlPlane:
             requires_approval=proposal.lever in self.config.decision.approval_levers,
         )
         report.decisions.append(decision.id)
-        say = f"{agent}: {proposal.lever.value} ({proposal.rule})"
-        if proposal.lever == Lever.rollback:
-            target = proposal.target["restore"]
-            self.registry.restore(target, reason=f"decision {decision.id}: {proposal.rationale}", actor="control-plane")
-            self.journal.update_decision(
-                decision.id, state=DecisionState.applied, candidate_kind=VersionKind.harness, candidate_version=target
-            )
-            report.actions.append(f"{say}: restored {target}")
-            return
+        return decision
+
+    def _propose(
+        self, ectx: EvolveContext, proposal: Proposal, decision_id: str, report: TickReport, say: str
+    ) -> HarnessCandidate | PolicyCandidate | None:
+        """The lever's evolver's candidate; None (recorded) when the lever is unavailable or the evolver fails."""
         evolver = self.evolvers.get(proposal.lever)
-        ectx = EvolveContext(
-            agent, self.store, active.harness(), active.id, runs, stats, policy, suite=self.suites.get(agent)
-        )
         try:
             if evolver is None:
                 raise LeverUnavailable(f"{proposal.lever.value} lever unavailable: no evolver configured")
-            candidate = evolver.propose(ectx, proposal)
+            return evolver.propose(ectx, proposal)
         except LeverUnavailable as err:
-            self.journal.update_decision(decision.id, state=DecisionState.unavailable, gates={"evolver": str(err)})
+            self.journal.update_decision(decision_id, state=DecisionState.unavailable, gates={"evolver": str(err)})
             report.actions.append(f"{say}: {err}")
-            return
         except Exception as err:  # recorded, never silently dropped
             log.exception("evolver %s failed", proposal.lever.value)
             self.journal.update_decision(
-                decision.id, state=DecisionState.failed, gates={"evolver": f"{type(err).__name__}: {err}"}
+                decision_id, state=DecisionState.failed, gates={"evolver": f"{type(err).__name__}: {err}"}
             )
             report.actions.append(f"{say}: evolver failed: {err}")
-            return
+        return None
+
+    def _register(
+        self,
+        agent: str,
+        proposed: HarnessCandidate | PolicyCandidate,
+        decision_id: str,
+        active: VersionRecord,
+        policy: VersionRecord | None,
+        report: TickReport,
+        say: str,
+    ) -> _Candidate | None:
+        """Register the proposed version as a candidate, paired with the baseline it is gated against;
+        None (recorded) when it changes nothing or equals a version that exists."""
         base_harness = active.harness()
         base_policy = policy.policy() if policy else None
-        if isinstance(candidate, HarnessCandidate):
-            if self.registry.version_id(candidate.harness) == active.id:
-                self.journal.update_decision(decision.id, state=DecisionState.failed, gates={"evolver": "no change"})
+        if isinstance(proposed, HarnessCandidate):
+            if self.registry.version_id(proposed.harness) == active.id:
+                self.journal.update_decision(decision_id, state=DecisionState.failed, gates={"evolver": "no change"})
                 report.actions.append(f"{say}: evolver produced no change")
-                return
+                return None
             record = self.registry.register_harness(
-                candidate.harness,
+                proposed.harness,
                 parent=active.id,
-                note=candidate.note,
-                created_by=decision.id,
-                lineage={"decision": decision.id, "changes": candidate.changes},
+                note=proposed.note,
+                created_by=decision_id,
+                lineage={"decision": decision_id, "changes": proposed.changes},
             )
-            cand_harness, cand_policy, kind = candidate.harness, base_policy, VersionKind.harness
+            candidate = _Candidate(
+                record, VersionKind.harness, proposed.harness, base_harness, base_policy, base_policy
+            )
         else:
-            assert isinstance(candidate, PolicyCandidate)
             record = self.registry.register_policy(
                 agent,
-                candidate.spec,
+                proposed.spec,
                 parent=policy.id if policy else None,
-                note=candidate.note,
-                created_by=decision.id,
-                data_snapshot=candidate.data_snapshot,
-                config=candidate.config,
-                metrics=candidate.metrics,
+                note=proposed.note,
+                created_by=decision_id,
+                data_snapshot=proposed.data_snapshot,
+                config=proposed.config,
+                metrics=proposed.metrics,
             )
-            cand_harness, cand_policy, kind = base_harness, candidate.spec, VersionKind.policy
+            candidate = _Candidate(record, VersionKind.policy, base_harness, base_harness, proposed.spec, base_policy)
         if record.state != VersionState.candidate:
             self.journal.update_decision(
-                decision.id,
+                decision_id,
                 state=DecisionState.failed,
-                candidate_kind=kind,
+                candidate_kind=candidate.kind,
                 candidate_version=record.id,
                 gates={"evolver": f"candidate equals existing {record.state.value} version {record.id}"},
             )
             report.actions.append(f"{say}: candidate {record.id} already exists ({record.state.value})")
-            return
-        decision = self.journal.update_decision(
-            decision.id,
-            candidate_kind=kind,
-            candidate_version=record.id,
-            baseline_version=active.id if kind == VersionKind.harness else (policy.id if policy else None),
-        )
-        if self._over_budget(decision.id, started, "evolver", report, say):
-            return
+            return None
+        return candidate
+
+    def _gate(
+        self, agent: str, candidate: _Candidate, decision_id: str, started: float, report: TickReport, say: str
+    ) -> dict[str, Any] | None:
+        """The gates' results when the candidate passed them all; None (recorded, candidate rejected or
+        stopped) when one failed, broke or ran past the budget."""
+        record = candidate.record
         try:
-            gates = self._run_gates(agent, cand_harness, base_harness, cand_policy, base_policy)
+            gates = self._run_gates(
+                agent, candidate.harness, candidate.base_harness, candidate.policy, candidate.base_policy
+            )
         except ReplayFailed as err:
-            self._stop_on_broken_replay(decision.id, record.id, str(err))
+            self._stop_on_broken_replay(decision_id, record.id, str(err))
             report.actions.append(f"{say}: candidate {record.id} stopped: {err}")
-            return
+            return None
         except Exception as err:  # recorded; the candidate stays a candidate and is never served
             log.exception("gates failed for %s", record.id)
             self.journal.update_decision(
-                decision.id, state=DecisionState.failed, gates={"error": f"{type(err).__name__}: {err}"}
+                decision_id, state=DecisionState.failed, gates={"error": f"{type(err).__name__}: {err}"}
             )
             report.actions.append(f"{say}: gates failed: {err}")
-            return
-        if self._over_budget(decision.id, started, "gates", report, say, gates):
-            return
+            return None
+        if self._over_budget(decision_id, started, "gates", report, say, gates):
+            return None
         failed = next((g for g in gates.values() if isinstance(g, dict) and g.get("passed") is False), None)
-        if failed is not None:
-            self.registry.reject(record.id, reason=f"{failed['name']} gate: {failed['reason']}")
-            verdict = Verdict.harmful if failed["name"] == "safety" else Verdict.ineffective
-            if failed["name"] == "replay" and (failed.get("candidate_rate") or 0) < (failed.get("baseline_rate") or 0):
-                verdict = Verdict.harmful
-            self.journal.update_decision(
-                decision.id,
-                state=DecisionState.gated_out,
-                gates=gates,
-                verdict=verdict,
-                verdict_detail={
-                    "measured_on": "replay",
-                    "measured_effect": round(
-                        (failed.get("candidate_rate") or 0) - (failed.get("baseline_rate") or 0), 4
-                    ),
-                    **{k: v for k, v in failed.items() if k != "name"},
-                },
-            )
-            report.actions.append(
-                f"{say}: candidate {record.id} stopped by the {failed['name']} gate: {failed['reason']}"
-            )
-            return
-        self.journal.update_decision(decision.id, gates=gates)
-        if decision.requires_approval:
-            self.journal.update_decision(decision.id, state=DecisionState.awaiting_approval)
-            report.actions.append(f"{say}: candidate {record.id} passed the gates; awaiting approval")
-            return
-        self._start(self.journal.decision(decision.id), report)
+        if failed is None:
+            return gates
+        self.registry.reject(record.id, reason=f"{failed['name']} gate: {failed['reason']}")
+        verdict = Verdict.harmful if failed["name"] == "safety" else Verdict.ineffective
+        if failed["name"] == "replay" and (failed.get("candidate_rate") or 0) < (failed.get("baseline_rate") or 0):
+            verdict = Verdict.harmful
+        self.journal.update_decision(
+            decision_id,
+            state=DecisionState.gated_out,
+            gates=gates,
+            verdict=verdict,
+            verdict_detail={
+                "measured_on": "replay",
+                "measured_effect": round((failed.get("candidate_rate") or 0) - (failed.get("baseline_rate") or 0), 4),
+                **{k: v for k, v in failed.items() if k != "name"},
+            },
+        )
+        report.actions.append(f"{say}: candidate {record.id} stopped by the {failed['name']} gate: {failed['reason']}")
+        return None
 
     def _over_budget(
         self,

@@ -18,6 +18,7 @@ import numpy as np
 from evolvable.control.models import REPLAY_METADATA_KEY
 from evolvable.control.stats_math import bootstrap_mean_interval, js_divergence, trend_slope, wilson_interval
 from evolvable.protocol.models import SignalKind, StepStatus, Trajectory, TrajectoryStatus
+from evolvable.store import Store
 
 ARGUMENT_ERROR_CLASSES = frozenset(
     {"invalidarguments", "invalid_arguments", "bad_arguments", "validationerror", "typeerror", "argumenterror"}
@@ -153,7 +154,7 @@ def summarize(t: Trajectory, *, clusterer: Clusterer | None = None, success_thre
 
 
 def load_runs(
-    store: Any,
+    store: Store,
     agent: str,
     *,
     limit: int = 500,

@@ -21,12 +21,10 @@ from datetime import datetime
 
 import numpy as np
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
 
 from evolvable.control.clustering import TfidfKMeans
-from evolvable.control.registry import now, utc, write_transaction
 from evolvable.control.statistics import RunSummary
-from evolvable.store.tables.control_artifacts import control_clusterers
+from evolvable.store.repos.clusterers import ClustererRows, clusterer_rows
 
 UNCLUSTERED = "all"
 """What statistics call a run with neither a reported cluster nor a clusterer."""
@@ -73,34 +71,24 @@ def similarities(model: TfidfKMeans, texts: Sequence[str]) -> np.ndarray:
 class ClustererStore:
     """Versioned clusterer artefacts in the store, cached by version (one query per lookup, no refits)."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(self, rows: ClustererRows | sa.Engine) -> None:
+        self.rows = clusterer_rows(rows)
         self._cache: dict[tuple[str, str, int], FittedClusterer] = {}
         self._lock = threading.Lock()
 
     def save(self, tenant: str, agent: str, model: TfidfKMeans, *, fitted_on: int, reason: str) -> FittedClusterer:
-        with write_transaction(self.engine) as conn:
-            latest = conn.execute(
-                sa.select(sa.func.max(control_clusterers.c.version)).where(
-                    control_clusterers.c.tenant == tenant, control_clusterers.c.agent == agent
-                )
-            ).scalar()
-            version = int(latest or 0) + 1
-            ts = now()
-            conn.execute(
-                control_clusterers.insert().values(
-                    tenant=tenant,
-                    agent=agent,
-                    version=version,
-                    method="tfidf-kmeans",
-                    k=len(model.centroids),
-                    fitted_on=fitted_on,
-                    reason=reason,
-                    artifact=to_artifact(model),
-                    created_at=ts,
-                )
-            )
-        fitted = FittedClusterer(version, model, ts)
+        version, created = self.rows.add(
+            tenant,
+            agent,
+            {
+                "method": "tfidf-kmeans",
+                "k": len(model.centroids),
+                "fitted_on": fitted_on,
+                "reason": reason,
+                "artifact": to_artifact(model),
+            },
+        )
+        fitted = FittedClusterer(version, model, created)
         with self._lock:
             self._cache[(tenant, agent, version)] = fitted
         return fitted
@@ -113,31 +101,16 @@ class ClustererStore:
         self, *, tenant: str | None = None, agent: str | None = None
     ) -> dict[tuple[str, str], FittedClusterer]:
         """The newest clusterer of every (tenant, agent) (the harness router loads them all on refresh)."""
-        c = control_clusterers.c
-        newest = sa.select(c.tenant, c.agent, sa.func.max(c.version).label("version")).group_by(c.tenant, c.agent)
-        if tenant is not None:
-            newest = newest.where(c.tenant == tenant)
-        if agent is not None:
-            newest = newest.where(c.agent == agent)
-        with self.engine.connect() as conn:
-            heads = conn.execute(newest).all()
-            out: dict[tuple[str, str], FittedClusterer] = {}
-            for head in heads:
-                key = (head.tenant, head.agent, int(head.version))
+        out: dict[tuple[str, str], FittedClusterer] = {}
+        for key in self.rows.heads(tenant=tenant, agent=agent):
+            with self._lock:
+                cached = self._cache.get(key)
+            if cached is None:
+                artifact, created = self.rows.artifact(*key)
+                cached = FittedClusterer(key[2], from_artifact(artifact), created)
                 with self._lock:
-                    cached = self._cache.get(key)
-                if cached is None:
-                    row = conn.execute(
-                        sa.select(c.artifact, c.created_at).where(
-                            c.tenant == head.tenant, c.agent == head.agent, c.version == head.version
-                        )
-                    ).one()
-                    created = utc(row.created_at)
-                    assert created is not None  # the column is NOT NULL
-                    cached = FittedClusterer(key[2], from_artifact(row.artifact), created)
-                    with self._lock:
-                        self._cache[key] = cached
-                out[(head.tenant, head.agent)] = cached
+                    self._cache[key] = cached
+            out[(key[0], key[1])] = cached
         return out
 
 

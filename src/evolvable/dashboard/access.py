@@ -14,7 +14,7 @@ import orjson
 from fastapi import Request
 from fastapi.responses import Response
 
-from evolvable.proxy.errors import APIError
+from evolvable.errors import Forbidden, Unauthenticated
 from evolvable.proxy.hooks import Principal
 from evolvable.proxy.sessions import KEY_PREFIX
 
@@ -40,10 +40,10 @@ async def viewer(request: Request, tenant: str | None = None) -> Viewer:
     runtime = request.app.state.proxy
     bearer = _bearer(request)
     if bearer and bearer.startswith(KEY_PREFIX):
-        raise APIError(401, "session keys cannot read the dashboard API", "invalid_request_error", "invalid_api_key")
+        raise Unauthenticated("session keys cannot read the dashboard API")
     principal = await runtime.authenticate(bearer)
     if principal is None:
-        raise APIError(401, "missing or invalid API key", "invalid_request_error", "invalid_api_key")
+        raise Unauthenticated("missing or invalid API key")
     if runtime.authenticator_is_open:
         principal = Principal(tenant_id=principal.tenant_id, key_id=principal.key_id, is_admin=True)
     if principal.is_admin:
@@ -53,7 +53,7 @@ async def viewer(request: Request, tenant: str | None = None) -> Viewer:
 
 def require_admin(v: Viewer) -> None:
     if not v.principal.is_admin:
-        raise APIError(403, "this needs an admin key", "permission_error", "admin_required")
+        raise Forbidden("this needs an admin key", code="admin_required")
 
 
 def json_response(obj: Any, status: int = 200) -> Response:

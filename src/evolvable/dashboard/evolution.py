@@ -18,7 +18,7 @@ from evolvable.control.runtime import ControlPlane
 from evolvable.control.statistics import load_runs
 from evolvable.control.tenancy import ControlPlanes
 from evolvable.dashboard.access import Viewer, json_response, viewer
-from evolvable.proxy.errors import APIError
+from evolvable.errors import ResourceNotFound
 
 _SHOWN_STATES = (VersionState.active, VersionState.canary, VersionState.candidate)
 
@@ -110,7 +110,7 @@ def evolution_router(planes: ControlPlanes) -> APIRouter:
             return pairs
         found = [(p, a) for p, a in pairs if a == agent]
         if not found:
-            raise APIError(404, f"no agent {agent!r}", "invalid_request_error", "not_found")
+            raise ResourceNotFound(f"no agent {agent!r}")
         return found
 
     @api.get("/control")

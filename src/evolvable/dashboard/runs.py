@@ -16,10 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from evolvable.control.statistics import Clusterer, summarize
 from evolvable.dashboard.access import Viewer, json_response, viewer
-from evolvable.errors import NotFound
+from evolvable.errors import InvalidRequest, NotFound, ResourceNotFound
 from evolvable.protocol.models import LLMCallStep, SignalKind, Trajectory, TrajectoryStatus, new_id, utcnow
-from evolvable.proxy.errors import APIError
-from evolvable.store import InvalidCursor, TrajectoryFilter
+from evolvable.store import InvalidCursor, Store, TrajectoryFilter
 from evolvable.store.reviews import recent_signals, trajectories_with_signal
 
 JUDGE_UNSURE_CONFIDENCE = 0.6
@@ -120,7 +119,7 @@ def runs_router(clusterer: Clusterer | None) -> APIRouter:
         try:
             rows, next_cursor = await asyncio.to_thread(load)
         except InvalidCursor:
-            raise APIError(400, "invalid cursor", "invalid_request_error", "invalid_cursor") from None
+            raise InvalidRequest("invalid cursor", code="invalid_cursor") from None
         return json_response({"data": rows, "next_cursor": next_cursor})
 
     @api.get("/runs/{trajectory_id}")
@@ -136,7 +135,7 @@ def runs_router(clusterer: Clusterer | None) -> APIRouter:
         rt = request.app.state.proxy
         t = await _visible_run(rt.store, trajectory_id, v)
         if body.step_id is not None and body.step_id not in {s.id for s in t.steps}:
-            raise APIError(404, f"no step {body.step_id} in run {t.id}", "invalid_request_error", "step_not_found")
+            raise ResourceNotFound(f"no step {body.step_id} in run {t.id}", code="step_not_found")
         signal = {
             "id": new_id("sig"),
             "kind": SignalKind.user_feedback.value,
@@ -202,8 +201,8 @@ def _unsure(signal: dict[str, Any]) -> bool:
     return middling or (isinstance(confidence, int | float) and confidence < JUDGE_UNSURE_CONFIDENCE)
 
 
-async def _visible_run(store: Any, trajectory_id: str, v: Viewer) -> Trajectory:
+async def _visible_run(store: Store, trajectory_id: str, v: Viewer) -> Trajectory:
     try:
         return await asyncio.to_thread(store.get_trajectory, trajectory_id, v.tenant_scope)
     except NotFound:
-        raise APIError(404, f"run {trajectory_id} not found", "invalid_request_error", "not_found") from None
+        raise ResourceNotFound(f"run {trajectory_id} not found") from None

@@ -11,7 +11,7 @@ from rich.table import Table
 
 if TYPE_CHECKING:
     from evolvable.control.runtime import ControlPlane
-    from evolvable.demo.run import DemoConfig
+    from evolvable.demo.config import DemoConfig
     from evolvable.store import Store
     from evolvable.workloads.support_desk import EvalReport
 

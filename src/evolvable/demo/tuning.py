@@ -17,7 +17,7 @@ from evolvable.app.config import EvolvableConfig, parse_config
 from evolvable.control.models import Lever
 
 if TYPE_CHECKING:
-    from evolvable.demo.run import DemoConfig
+    from evolvable.demo.config import DemoConfig
 
 POLICY_SERVER = "policy"
 

@@ -21,7 +21,6 @@ if TYPE_CHECKING:  # the real types, for the type checker; at run time each name
     from evolvable.governance.purge import Purger, PurgeReport, PurgeRequest
     from evolvable.governance.redaction.tokenizer_registry import TokenizerRegistry
     from evolvable.governance.retention import RetentionJob, retention_loop
-    from evolvable.governance.schema import ensure_governance_schema
     from evolvable.governance.tenants import IssuedKey, Tenant, TenantDirectory
     from evolvable.governance.wiring import Governance
 
@@ -44,7 +43,6 @@ _EXPORTS = {
     "Tenant": "tenants",
     "TenantDirectory": "tenants",
     "TokenizerRegistry": "redaction.tokenizer_registry",
-    "ensure_governance_schema": "schema",
     "governance_routers": "api",
     "retention_loop": "retention",
 }
@@ -68,7 +66,6 @@ __all__ = [  # (spelled out, not sorted(_EXPORTS), so the type checker sees what
     "Tenant",
     "TenantDirectory",
     "TokenizerRegistry",
-    "ensure_governance_schema",
     "governance_routers",
     "retention_loop",
 ]

@@ -1,7 +1,7 @@
 """The append-only audit log: who read, exported, purged or changed what, and when.
 
 There is deliberately no update or delete method; the database rejects both with a trigger
-(see `schema.py`). Details never hold content or raw end-user ids: purges by user record a
+(installed by migration 0002). Details never hold content or raw end-user ids: purges by user record a
 hash of the id, so the log itself needs no erasure.
 """
 
@@ -17,9 +17,8 @@ import sqlalchemy as sa
 from pydantic import BaseModel
 
 from evolvable.governance.redaction import redact_text
-from evolvable.governance.schema import ensure_governance_schema
 from evolvable.protocol.models import utcnow
-from evolvable.store.tables.governance import audit_log
+from evolvable.store.repos.audit import AuditRecord, AuditRows, audit_rows
 
 
 class AuditAction(StrEnum):
@@ -77,9 +76,30 @@ def _safe_value(key: str, value: str) -> str:
 
 
 class AuditLog:
-    def __init__(self, engine: sa.Engine) -> None:
-        self.engine = engine
-        ensure_governance_schema(engine)
+    """Appends and reads audit entries through the audit repository (an engine is wrapped in the SQL one)."""
+
+    def __init__(self, rows: AuditRows | sa.Engine) -> None:
+        self.rows = audit_rows(rows)
+
+    @staticmethod
+    def entry(
+        action: AuditAction | str,
+        *,
+        actor: str,
+        tenant_id: str | None = None,
+        target: str = "",
+        details: dict[str, Any] | None = None,
+        at: datetime | None = None,
+    ) -> AuditRecord:
+        """An entry to hand to a repository that writes it in the same transaction as its change."""
+        return AuditRecord(
+            at=at or utcnow(),
+            actor=actor,
+            tenant_id=tenant_id,
+            action=AuditAction(action).value,
+            target=target[:500],
+            details=details or {},
+        )
 
     def record(
         self,
@@ -89,23 +109,10 @@ class AuditLog:
         tenant_id: str | None = None,
         target: str = "",
         details: dict[str, Any] | None = None,
-        conn: sa.Connection | None = None,
         at: datetime | None = None,
     ) -> None:
-        """Append one entry; pass `conn` to make it part of the caller's transaction."""
-        row = {
-            "at": at or utcnow(),
-            "actor": actor,
-            "tenant_id": tenant_id,
-            "action": AuditAction(action).value,
-            "target": target[:500],
-            "details": details or {},
-        }
-        if conn is not None:
-            conn.execute(audit_log.insert(), row)
-            return
-        with self.engine.begin() as own:
-            own.execute(audit_log.insert(), row)
+        """Append one entry in its own transaction."""
+        self.rows.append(self.entry(action, actor=actor, tenant_id=tenant_id, target=target, details=details, at=at))
 
     def query(
         self,
@@ -116,12 +123,6 @@ class AuditLog:
         limit: int = 200,
     ) -> list[AuditEntry]:
         """Newest first."""
-        stmt = sa.select(audit_log).order_by(audit_log.c.id.desc()).limit(limit)
-        if tenant_id is not None:
-            stmt = stmt.where(audit_log.c.tenant_id == tenant_id)
-        if action is not None:
-            stmt = stmt.where(audit_log.c.action == AuditAction(action).value)
-        if since is not None:
-            stmt = stmt.where(audit_log.c.at >= since)
-        with self.engine.connect() as conn:
-            return [AuditEntry.model_validate(dict(r._mapping)) for r in conn.execute(stmt)]
+        wanted = AuditAction(action).value if action is not None else None
+        rows = self.rows.query(tenant_id=tenant_id, action=wanted, since=since, limit=limit)
+        return [AuditEntry.model_validate(dict(r)) for r in rows]

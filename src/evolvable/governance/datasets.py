@@ -9,7 +9,6 @@ with the harness and policy version of every trajectory, so stale data is visibl
 
 from __future__ import annotations
 
-import builtins
 import hashlib
 import os
 import re
@@ -21,7 +20,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import orjson
-import sqlalchemy as sa
 from pydantic import BaseModel
 
 from evolvable.errors import ConversionError, GovernanceError, NotFound
@@ -34,9 +32,9 @@ from evolvable.governance.curation import (
     conversation_text,
     quality_issues,
 )
-from evolvable.governance.schema import ensure_governance_schema
 from evolvable.protocol.models import Trajectory, new_id, utcnow
-from evolvable.store.tables.governance import dataset_items, datasets
+from evolvable.store import Store
+from evolvable.store.repos.datasets import DatasetRows, dataset_rows
 
 ExportFormat = Literal["atdp", "sft", "preference", "rl-samples", "parquet"]
 EXPORT_FORMATS: tuple[str, ...] = ("atdp", "sft", "preference", "rl-samples", "parquet")
@@ -108,11 +106,13 @@ def _canonical(t: Trajectory) -> bytes:
 
 
 class DatasetCatalog:
-    def __init__(self, store: Any, *, audit: AuditLog | None = None) -> None:
+    """Snapshots of the store's trajectories. Reads and writes nothing but through its repositories:
+    building one creates no table (migrations do)."""
+
+    def __init__(self, store: Store, *, audit: AuditLog | None = None, rows: DatasetRows | None = None) -> None:
         self.store = store
-        self.engine: sa.Engine = store.engine
-        ensure_governance_schema(self.engine)
-        self.audit = audit or AuditLog(self.engine)
+        self.rows = rows or dataset_rows(store.engine)
+        self.audit = audit or AuditLog(store.engine)
 
     # ------------------------------------------------------------------ create
 
@@ -150,15 +150,7 @@ class DatasetCatalog:
         dataset_id = new_id("ds")
         rows: list[dict[str, Any]] = []
 
-        with self.engine.begin() as conn:
-            version = 1 + (
-                conn.execute(
-                    sa.select(sa.func.max(datasets.c.version)).where(
-                        datasets.c.tenant_id == scope, datasets.c.name == name
-                    )
-                ).scalar()
-                or 0
-            )
+        with self.rows.snapshot(scope, name) as snapshot:
             for trajectory in self.store.iter_trajectories(traj_filter):
                 counts["scanned"] += 1
                 if progress:
@@ -193,15 +185,14 @@ class DatasetCatalog:
                 )
                 counts["kept"] += 1
                 if len(rows) >= _BATCH:
-                    conn.execute(dataset_items.insert(), rows)
+                    snapshot.add_items(rows)
                     rows = []
-            if rows:
-                conn.execute(dataset_items.insert(), rows)
+            snapshot.add_items(rows)
             info = DatasetInfo(
                 id=dataset_id,
                 tenant_id=scope,
                 name=name,
-                version=version,
+                version=snapshot.version,
                 filter=filter_to_dict(traj_filter),
                 curation={"quality": quality.model_dump(mode="json"), "dedup": dedup, "near_threshold": near_threshold},
                 counts={
@@ -217,65 +208,46 @@ class DatasetCatalog:
                 created_by=actor,
                 created_at=utcnow(),
             )
-            conn.execute(
-                datasets.insert(), info.model_dump(exclude={"exported_at", "invalidated_at", "invalidated_reason"})
-            )
-            self.audit.record(
-                AuditAction.read,
-                actor=actor,
-                tenant_id=None if scope == ALL_TENANTS else scope,
-                target=f"dataset:{info.ref}",
-                details={"created": dataset_id, "kept": info.counts["kept"], "filter": safe_filter(info.filter)},
-                conn=conn,
+            snapshot.finish(
+                info.model_dump(exclude={"exported_at", "invalidated_at", "invalidated_reason"}),
+                self.audit.entry(
+                    AuditAction.read,
+                    actor=actor,
+                    tenant_id=None if scope == ALL_TENANTS else scope,
+                    target=f"dataset:{info.ref}",
+                    details={"created": dataset_id, "kept": info.counts["kept"], "filter": safe_filter(info.filter)},
+                ),
             )
         return info
 
     # ------------------------------------------------------------------ read
 
     def list(self, tenant_id: str | None = None) -> list[DatasetInfo]:
-        stmt = sa.select(datasets).order_by(datasets.c.name, datasets.c.version)
-        if tenant_id is not None:
-            stmt = stmt.where(datasets.c.tenant_id == tenant_id)
-        with self.engine.connect() as conn:
-            return [DatasetInfo.model_validate(dict(r._mapping)) for r in conn.execute(stmt)]
+        return [DatasetInfo.model_validate(dict(r)) for r in self.rows.datasets(tenant_id)]
 
     def get(self, ref: str, *, tenant_id: str | None = None) -> DatasetInfo:
         """`NAME` (latest version) or `NAME@VERSION`; scoped to `tenant_id` when given (else any scope)."""
         name, _, version = ref.partition("@")
-        stmt = sa.select(datasets).where(datasets.c.name == name)
-        if tenant_id is not None:
-            stmt = stmt.where(datasets.c.tenant_id == tenant_id)
-        if version:
-            if not version.isdigit():
-                raise GovernanceError(f"bad dataset version in {ref!r}: use NAME@N")
-            stmt = stmt.where(datasets.c.version == int(version))
-        stmt = stmt.order_by(datasets.c.version.desc(), datasets.c.created_at.desc())
-        with self.engine.connect() as conn:
-            rows = conn.execute(stmt).all()
+        if version and not version.isdigit():
+            raise GovernanceError(f"bad dataset version in {ref!r}: use NAME@N")
+        rows = self.rows.versions(name, tenant_id=tenant_id, version=int(version) if version else None)
         if not rows:
             raise NotFound(f"dataset {ref!r} does not exist")
-        scopes = {r.tenant_id for r in rows}
+        scopes = {r["tenant_id"] for r in rows}
         if len(scopes) > 1 and tenant_id is None:
             raise GovernanceError(f"dataset {ref!r} exists for several tenants {sorted(scopes)}; pass the tenant")
-        return DatasetInfo.model_validate(dict(rows[0]._mapping))
+        return DatasetInfo.model_validate(dict(rows[0]))
 
     def iter_items(self, dataset_id: str) -> Iterator[Trajectory]:
         """The snapshot's trajectories in order, read in batches (bounded memory)."""
         position = -1
         while True:
-            stmt = (
-                sa.select(dataset_items.c.position, dataset_items.c.trajectory)
-                .where(dataset_items.c.dataset_id == dataset_id, dataset_items.c.position > position)
-                .order_by(dataset_items.c.position)
-                .limit(_BATCH)
-            )
-            with self.engine.connect() as conn:
-                rows = conn.execute(stmt).all()
+            rows = self.rows.items(dataset_id, after=position, limit=_BATCH)
             if not rows:
                 return
-            for row in rows:
-                yield Trajectory.model_validate(row.trajectory)
-            position = rows[-1].position
+            for _, trajectory in rows:
+                yield Trajectory.model_validate(trajectory)
+            position = rows[-1][0]
 
     # ------------------------------------------------------------------ export
 
@@ -322,56 +294,19 @@ class DatasetCatalog:
         }
         manifest_path = path.with_name(path.name + ".manifest.json")
         manifest_path.write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
-        with self.engine.begin() as conn:
-            if info.exported_at is None:
-                conn.execute(datasets.update().where(datasets.c.id == info.id).values(exported_at=utcnow()))
-            self.audit.record(
+        self.rows.exported(
+            info.id,
+            first=info.exported_at is None,
+            at=utcnow(),
+            audit=self.audit.entry(
                 AuditAction.export,
                 actor=actor,
                 tenant_id=None if info.tenant_id == ALL_TENANTS else info.tenant_id,
                 target=f"dataset:{info.ref}",
                 details={"format": fmt, "records": records, "file": path.name, "content_hash": info.content_hash},
-                conn=conn,
-            )
-        return ExportResult(path=str(path), manifest_path=str(manifest_path), records=records, skipped=skipped)
-
-    # ------------------------------------------------------------------ erasure
-
-    def drop_items(
-        self,
-        conn: sa.Connection,
-        *,
-        reason: str,
-        tenant_id: str | None = None,
-        end_user: str | None = None,
-        trajectory_ids: builtins.list[str] | None = None,
-        started_before: datetime | None = None,
-    ) -> tuple[int, int]:
-        """Delete the copies a purge or retention covers; mark the snapshots they were in invalidated.
-
-        Returns (items deleted, datasets invalidated)."""
-        clauses = []
-        if tenant_id is not None:
-            clauses.append(dataset_items.c.tenant_id == tenant_id)
-        if end_user is not None:
-            clauses.append(dataset_items.c.end_user == end_user)
-        if trajectory_ids is not None:
-            clauses.append(dataset_items.c.trajectory_id.in_(trajectory_ids))
-        if started_before is not None:
-            clauses.append(dataset_items.c.started_at < started_before)
-        if not clauses:
-            raise GovernanceError("refusing to drop dataset items without a selector")
-        where = sa.and_(*clauses)
-        hit = [r.dataset_id for r in conn.execute(sa.select(dataset_items.c.dataset_id).where(where).distinct())]
-        if not hit:
-            return 0, 0
-        deleted = conn.execute(dataset_items.delete().where(where)).rowcount or 0
-        conn.execute(
-            datasets.update()
-            .where(datasets.c.id.in_(hit), datasets.c.invalidated_at.is_(None))
-            .values(invalidated_at=utcnow(), invalidated_reason=reason)
+            ),
         )
-        return deleted, len(hit)
+        return ExportResult(path=str(path), manifest_path=str(manifest_path), records=records, skipped=skipped)
 
 
 # ---------------------------------------------------------------------- writers

@@ -25,6 +25,7 @@ from evolvable.governance.audit import AuditAction, AuditLog
 from evolvable.governance.capture import drop_token_ids, mark_redaction_failed, strictest, strip_content
 from evolvable.governance.tenants import TenantDirectory
 from evolvable.protocol.models import CaptureMode, Event, LLMCallStep, StepAppended, TrajectoryStarted
+from evolvable.store import Store
 from evolvable.telemetry import metrics
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ class Governor:
 
     def __init__(
         self,
-        store: Any,
+        store: Store,
         *,
         directory: TenantDirectory | None = None,
         redactor: EventRedactorLike | None = None,

@@ -14,12 +14,14 @@ from datetime import datetime
 from typing import Any
 
 import orjson
-import sqlalchemy as sa
 from pydantic import BaseModel
 
 from evolvable.errors import GovernanceError
 from evolvable.governance.audit import AuditAction, AuditLog, pseudonym
-from evolvable.governance.datasets import DatasetCatalog
+from evolvable.protocol.models import utcnow
+from evolvable.store import Store
+from evolvable.store.repos.audit import AuditRecord
+from evolvable.store.repos.erasure import ErasureRows, ErasureSelector, erasure_rows
 
 SpoolPurger = Callable[[Callable[[Any], bool]], int]
 """`purge(predicate) -> records removed`: a running proxy's `purge_spool`, or an offline spool directory's."""
@@ -119,16 +121,16 @@ def spool_matcher(request: PurgeRequest, trajectory_ids: set[str]) -> Callable[[
 class Purger:
     def __init__(
         self,
-        store: Any,
+        store: Store,
         *,
-        catalog: DatasetCatalog | None = None,
         audit: AuditLog | None = None,
         spool_purger: SpoolPurger | None = None,
         erasers: Sequence[DerivedEraser] = (),
+        rows: ErasureRows | None = None,
     ) -> None:
         self.store = store
         self.audit = audit or AuditLog(store.engine)
-        self.catalog = catalog or DatasetCatalog(store, audit=self.audit)
+        self.rows = rows or erasure_rows(store.engine)
         self.spool_purger = spool_purger
         self.erasers = tuple(erasers)
 
@@ -166,48 +168,44 @@ class Purger:
         for erase in self.erasers:
             for kind, found in erase(request.tenant_id, known_ids, f"{action.value} {request.describe()}").items():
                 derived[kind] = derived.get(kind, [] if isinstance(found, list) else 0) + found
-        with self.catalog.engine.begin() as conn:
-            _forget_sessions(conn, request)
-            items, invalidated = self.catalog.drop_items(
-                conn,
-                reason=f"{action.value} {request.describe()}",
+
+        def entry(items: int, invalidated: int) -> AuditRecord | None:
+            if not (audit_empty or removed or items or spool_records or any(derived.values())):
+                return None
+            return self.audit.entry(
+                action,
+                actor=actor,
+                tenant_id=request.tenant_id,
+                target=request.describe(),
+                details={
+                    "trajectories": removed,
+                    "dataset_items": items,
+                    "datasets_invalidated": invalidated,
+                    "spool_records": spool_records,
+                    **derived,
+                },
+            )
+
+        # Session rows and dataset copies go with their audit entry, in one transaction.
+        items, invalidated = self.rows.erase_copies(
+            ErasureSelector(
                 tenant_id=request.tenant_id,
                 end_user=request.end_user,
-                trajectory_ids=[request.trajectory_id] if request.trajectory_id else None,
+                trajectory_id=request.trajectory_id,
                 started_before=request.started_before,
-            )
-            if audit_empty or removed or items or spool_records or any(derived.values()):
-                self.audit.record(
-                    action,
-                    actor=actor,
-                    tenant_id=request.tenant_id,
-                    target=request.describe(),
-                    details={
-                        "trajectories": removed,
-                        "dataset_items": items,
-                        "datasets_invalidated": invalidated,
-                        "spool_records": spool_records,
-                        **derived,
-                    },
-                    conn=conn,
-                )
+            ),
+            reason=f"{action.value} {request.describe()}",
+            at=utcnow(),
+            audit=entry,
+        )
         return PurgeReport(
             trajectories=removed,
             dataset_items=items,
             datasets_invalidated=invalidated,
             spool_records=spool_records,
             derived=derived,
-            wal_checkpointed=self._checkpoint() if removed or items else None,
+            wal_checkpointed=self.rows.checkpoint() if removed or items else None,
         )
-
-    def _checkpoint(self) -> bool | None:
-        """SQLite keeps old page images in its WAL until a checkpoint; erase them now (best effort)."""
-        engine = self.catalog.engine
-        if engine.dialect.name != "sqlite":
-            return None
-        with engine.connect() as conn:
-            busy = conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").first()
-        return busy is not None and busy[0] == 0
 
     def _headers(self, selector: Any) -> list[Any]:
         out, cursor = [], None
@@ -216,25 +214,3 @@ class Purger:
             out.extend(page)
             if cursor is None:
                 return out
-
-
-def _forget_sessions(conn: sa.Connection, request: PurgeRequest) -> None:
-    """The proxy's session rows name the end user too; erase them with the runs."""
-    try:
-        from evolvable.store.tables.proxy import proxy_sessions
-    except ImportError:
-        return
-    if not sa.inspect(conn).has_table("proxy_sessions"):
-        return
-    table = proxy_sessions
-    clauses = []
-    if request.tenant_id is not None:
-        clauses.append(table.c.tenant_id == request.tenant_id)
-    if request.end_user is not None:
-        clauses.append(table.c.end_user == request.end_user)
-    if request.trajectory_id is not None:
-        clauses.append(table.c.id == request.trajectory_id)
-    if request.started_before is not None:
-        clauses.append(table.c.created_at < request.started_before)
-        clauses.append(table.c.status != "running")
-    conn.execute(table.delete().where(sa.and_(*clauses)))

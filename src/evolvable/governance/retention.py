@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import datetime, timedelta
-from typing import Any
 
 from pydantic import BaseModel
 
@@ -17,6 +16,7 @@ from evolvable.governance.audit import AuditAction, AuditLog
 from evolvable.governance.purge import Purger, PurgeRequest
 from evolvable.governance.tenants import TenantDirectory
 from evolvable.protocol.models import utcnow
+from evolvable.store import Store
 
 log = logging.getLogger("evolvable.governance.retention")
 
@@ -30,7 +30,7 @@ class RetentionResult(BaseModel):
 
 
 class RetentionJob:
-    def __init__(self, store: Any, *, directory: TenantDirectory | None = None, purger: Purger | None = None) -> None:
+    def __init__(self, store: Store, *, directory: TenantDirectory | None = None, purger: Purger | None = None) -> None:
         self.store = store
         audit = AuditLog(store.engine)
         self.directory = directory or TenantDirectory(store.engine, audit=audit)
@@ -62,7 +62,7 @@ class RetentionJob:
         return results
 
 
-async def retention_loop(store: Any, interval_s: float = 3600.0, *, job: RetentionJob | None = None) -> None:
+async def retention_loop(store: Store, interval_s: float = 3600.0, *, job: RetentionJob | None = None) -> None:
     """Run retention every `interval_s` until cancelled; errors are logged, never fatal to the proxy."""
     job = job or RetentionJob(store)
     while True:

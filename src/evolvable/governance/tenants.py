@@ -24,10 +24,10 @@ from pydantic import BaseModel, Field, ValidationError
 from evolvable.errors import GovernanceError, NotFound
 from evolvable.governance.audit import AuditAction, AuditLog
 from evolvable.governance.capture import strictest
-from evolvable.governance.schema import ensure_governance_schema
 from evolvable.protocol.models import CaptureMode, new_id, utcnow
 from evolvable.proxy.hooks import Principal, Role
-from evolvable.store.tables.governance import api_keys, tenants
+from evolvable.store import Store
+from evolvable.store.repos.tenants import Row, TenantRows, tenant_rows
 
 KEY_PREFIX = "evk_"
 ENV_ADMIN_KEY_ID = "env-admin"
@@ -107,19 +107,24 @@ _UPDATABLE = {"name", "capture", "agent_capture", "retention_days", "redact_upst
 
 
 class TenantDirectory:
-    """Tenants, policies and keys on the store's engine; implements the proxy's Authenticator seam."""
+    """Tenants, policies and keys through the tenant repository; implements the proxy's Authenticator seam.
+
+    `rows` is the repository, or the store's engine (wrapped in the SQL repository; its audit log too)."""
 
     def __init__(
         self,
-        engine: sa.Engine,
+        rows: TenantRows | sa.Engine,
         *,
         admin_key: str | None = None,
         cache_ttl_s: float = 30.0,
         audit: AuditLog | None = None,
     ) -> None:
-        self.engine = engine
-        ensure_governance_schema(engine)
-        self.audit = audit or AuditLog(engine)
+        if audit is None:
+            if not isinstance(rows, sa.Engine):
+                raise GovernanceError("a TenantDirectory on a repository needs its audit log (`audit=`)")
+            audit = AuditLog(rows)
+        self.rows = tenant_rows(rows)
+        self.audit = audit
         self.cache_ttl_s = cache_ttl_s
         self._admin_hash = hash_key(admin_key) if admin_key else None
         self._keys: dict[str, tuple[float, Principal | None]] = {}
@@ -135,7 +140,7 @@ class TenantDirectory:
         return self._admin_hash is not None
 
     @classmethod
-    def from_store(cls, store: Any, **kwargs: Any) -> TenantDirectory:
+    def from_store(cls, store: Store, **kwargs: Any) -> TenantDirectory:
         if "admin_key" not in kwargs:
             from evolvable.settings import get_settings
 
@@ -170,31 +175,26 @@ class TenantDirectory:
                 "updated_at": now,
             }
         )
-        with self.engine.begin() as conn:
-            if conn.execute(sa.select(tenants.c.id).where(tenants.c.id == tenant_id)).first():
-                raise GovernanceError(f"tenant {tenant_id!r} already exists")
-            conn.execute(tenants.insert(), self._row(tenant))
-            self.audit.record(
-                AuditAction.policy_change,
-                actor=actor,
-                tenant_id=tenant_id,
-                target=f"tenant:{tenant_id}",
-                details={"created": self._policy(tenant)},
-                conn=conn,
-            )
+        entry = self.audit.entry(
+            AuditAction.policy_change,
+            actor=actor,
+            tenant_id=tenant_id,
+            target=f"tenant:{tenant_id}",
+            details={"created": self._policy(tenant)},
+        )
+        if not self.rows.insert_tenant(self._row(tenant), entry):
+            raise GovernanceError(f"tenant {tenant_id!r} already exists")
         self._forget_tenant(tenant_id)
         return tenant
 
     def get_tenant(self, tenant_id: str) -> Tenant:
-        with self.engine.connect() as conn:
-            row = conn.execute(sa.select(tenants).where(tenants.c.id == tenant_id)).first()
+        row = self.rows.tenant(tenant_id)
         if row is None:
             raise NotFound(f"tenant {tenant_id!r} does not exist")
-        return self._tenant(row._mapping)
+        return self._tenant(row)
 
     def list_tenants(self) -> list[Tenant]:
-        with self.engine.connect() as conn:
-            return [self._tenant(r._mapping) for r in conn.execute(sa.select(tenants).order_by(tenants.c.id))]
+        return [self._tenant(r) for r in self.rows.tenants()]
 
     def update_tenant(self, tenant_id: str, *, actor: str = "cli", **changes: Any) -> Tenant:
         """Change policy fields (name, capture, agent_capture, retention_days, redact_upstream); audited."""
@@ -203,16 +203,14 @@ class TenantDirectory:
             raise GovernanceError(f"cannot update {sorted(unknown)}; updatable: {sorted(_UPDATABLE)}")
         before = self.get_tenant(tenant_id)
         after = _validated({**before.model_dump(), **changes, "updated_at": utcnow()})
-        with self.engine.begin() as conn:
-            conn.execute(tenants.update().where(tenants.c.id == tenant_id).values(self._row(after)))
-            self.audit.record(
-                AuditAction.policy_change,
-                actor=actor,
-                tenant_id=tenant_id,
-                target=f"tenant:{tenant_id}",
-                details={"before": self._policy(before), "after": self._policy(after)},
-                conn=conn,
-            )
+        entry = self.audit.entry(
+            AuditAction.policy_change,
+            actor=actor,
+            tenant_id=tenant_id,
+            target=f"tenant:{tenant_id}",
+            details={"before": self._policy(before), "after": self._policy(after)},
+        )
+        self.rows.update_tenant(tenant_id, self._row(after), entry)
         self._forget_tenant(tenant_id)
         return after
 
@@ -252,7 +250,7 @@ class TenantDirectory:
         }
 
     @staticmethod
-    def _tenant(row: Any) -> Tenant:
+    def _tenant(row: Row) -> Tenant:
         data = dict(row)
         data["created_at"] = aware(data["created_at"])
         data["updated_at"] = aware(data["updated_at"])
@@ -278,69 +276,57 @@ class TenantDirectory:
         is_admin = resolved in (Role.admin, Role.operator)
         key_id = new_id("key")[:20]
         key = KEY_PREFIX + secrets.token_urlsafe(32)
-        with self.engine.begin() as conn:
-            conn.execute(
-                api_keys.insert(),
-                {
-                    "id": key_id,
-                    "tenant_id": tenant_id,
-                    "key_hash": hash_key(key),
-                    "label": label,
-                    "is_admin": is_admin,
-                    "role": resolved.value,
-                    "created_at": utcnow(),
-                    "revoked_at": None,
-                },
-            )
-            self.audit.record(
+        self.rows.insert_key(
+            {
+                "id": key_id,
+                "tenant_id": tenant_id,
+                "key_hash": hash_key(key),
+                "label": label,
+                "is_admin": is_admin,
+                "role": resolved.value,
+                "created_at": utcnow(),
+                "revoked_at": None,
+            },
+            self.audit.entry(
                 AuditAction.key_issued,
                 actor=actor,
                 tenant_id=tenant_id,
                 target=f"key:{key_id}",
                 details={"label": label, "is_admin": is_admin, "role": resolved.value},
-                conn=conn,
-            )
+            ),
+        )
         self._keys_exist = (float("inf"), True)
         return IssuedKey(key_id=key_id, tenant_id=tenant_id, key=key, is_admin=is_admin, label=label, role=resolved)
 
     def revoke_key(self, key_id: str, *, actor: str = "cli", tenant_id: str | None = None) -> ApiKeyInfo:
         """Revoke a key (optionally only if it belongs to `tenant_id`); idempotent."""
-        with self.engine.begin() as conn:
-            stmt = sa.select(api_keys).where(api_keys.c.id == key_id)
-            if tenant_id is not None:
-                stmt = stmt.where(api_keys.c.tenant_id == tenant_id)
-            row = conn.execute(stmt).first()
-            if row is None:
-                raise NotFound(f"key {key_id!r} does not exist")
-            if row.revoked_at is None:
-                conn.execute(api_keys.update().where(api_keys.c.id == key_id).values(revoked_at=utcnow()))
-                self.audit.record(
-                    AuditAction.key_revoked, actor=actor, tenant_id=row.tenant_id, target=f"key:{key_id}", conn=conn
-                )
+        row = self.rows.revoke_key(
+            key_id,
+            tenant_id,
+            utcnow(),
+            lambda key: self.audit.entry(
+                AuditAction.key_revoked, actor=actor, tenant_id=key["tenant_id"], target=f"key:{key_id}"
+            ),
+        )
+        if row is None:
+            raise NotFound(f"key {key_id!r} does not exist")
         with self._lock:
             self._keys = {h: v for h, v in self._keys.items() if v[1] is None or v[1].key_id != key_id}
             self._active[key_id] = (float("inf"), False)
         return self.list_keys(key_id=key_id)[0]
 
     def list_keys(self, tenant_id: str | None = None, *, key_id: str | None = None) -> list[ApiKeyInfo]:
-        stmt = sa.select(api_keys).order_by(api_keys.c.created_at)
-        if tenant_id is not None:
-            stmt = stmt.where(api_keys.c.tenant_id == tenant_id)
-        if key_id is not None:
-            stmt = stmt.where(api_keys.c.id == key_id)
-        with self.engine.connect() as conn:
-            rows = conn.execute(stmt).all()
         return [
             ApiKeyInfo(
-                id=r.id,
-                tenant_id=r.tenant_id,
-                label=r.label,
-                is_admin=r.is_admin,
-                role=role_of(bool(r.is_admin), r.role),
-                created_at=aware(r.created_at),
-                revoked_at=aware(r.revoked_at),
+                id=r["id"],
+                tenant_id=r["tenant_id"],
+                label=r["label"],
+                is_admin=r["is_admin"],
+                role=role_of(bool(r["is_admin"]), r["role"]),
+                created_at=aware(r["created_at"]),
+                revoked_at=aware(r["revoked_at"]),
             )
-            for r in rows
+            for r in self.rows.keys(tenant_id=tenant_id, key_id=key_id)
         ]
 
     # ------------------------------------------------------------------ the Authenticator seam
@@ -360,15 +346,10 @@ class TenantDirectory:
         cached = self._keys.get(digest)
         if cached and cached[0] > now:
             return cached[1]
-        with self.engine.connect() as conn:
-            row = conn.execute(
-                sa.select(
-                    api_keys.c.id, api_keys.c.tenant_id, api_keys.c.is_admin, api_keys.c.role, api_keys.c.revoked_at
-                ).where(api_keys.c.key_hash == digest)
-            ).first()
+        row = self.rows.key_by_hash(digest)
         principal = (
-            Principal(tenant_id=row.tenant_id, key_id=row.id, role=role_of(bool(row.is_admin), row.role))
-            if row is not None and row.revoked_at is None
+            Principal(tenant_id=row["tenant_id"], key_id=row["id"], role=role_of(bool(row["is_admin"]), row["role"]))
+            if row is not None and row["revoked_at"] is None
             else None
         )
         with self._lock:
@@ -387,8 +368,7 @@ class TenantDirectory:
         until, known = self._keys_exist
         if known or until > time.monotonic():
             return known
-        with self.engine.connect() as conn:
-            found = conn.execute(sa.select(api_keys.c.id).limit(1)).first() is not None
+        found = self.rows.any_key()
         self._keys_exist = (time.monotonic() + self.keys_exist_ttl_s, found)
         return found
 
@@ -405,9 +385,8 @@ class TenantDirectory:
         known = self.key_active_cached(key_id)
         if known is not None:
             return known
-        with self.engine.connect() as conn:
-            row = conn.execute(sa.select(api_keys.c.revoked_at).where(api_keys.c.id == key_id)).first()
-        active = row is not None and row.revoked_at is None
+        exists, revoked_at = self.rows.key_revoked_at(key_id)
+        active = exists and revoked_at is None
         with self._lock:
             if len(self._active) >= 10_000:
                 self._active.clear()

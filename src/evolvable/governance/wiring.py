@@ -31,6 +31,7 @@ from evolvable.governance.retention import RetentionJob, retention_loop
 from evolvable.governance.tenants import DEFAULT_TENANT, TenantDirectory
 from evolvable.proxy.hooks import Authenticator, Principal
 from evolvable.settings import get_settings
+from evolvable.store import Store
 
 if TYPE_CHECKING:
     from evolvable.governance.redaction.tokenizer_registry import TokenizerRegistry
@@ -71,7 +72,7 @@ class KeysOnceAnyExist(KeysOrDefaultTenant):
 
 @dataclass
 class Governance:
-    store: Any
+    store: Store
     directory: TenantDirectory
     governor: Governor
     authenticator: Authenticator
@@ -83,7 +84,7 @@ class Governance:
     @classmethod
     def for_store(
         cls,
-        store: Any,
+        store: Store,
         *,
         require_keys: bool | None = None,
         person_names: bool = False,

@@ -21,13 +21,14 @@ from dataclasses import asdict, replace
 from typing import Any
 
 import orjson
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
-from evolvable.errors import EvolvableError
-from evolvable.policy_server.engine import UNKNOWN_ADAPTER, AdapterError, Engine, GenerationResult, StepUpdate
+from evolvable.errors import HTTPError, InvalidRequest
+from evolvable.http_errors import install_error_handler
+from evolvable.policy_server.engine import UNKNOWN_ADAPTER, Engine, GenerationResult, StepUpdate
 from evolvable.policy_server.metrics import EngineCollector
 from evolvable.policy_server.schemas import (
     ChatCompletionRequest,
@@ -40,7 +41,6 @@ from evolvable.policy_server.tools import (
     ToolCallStream,
     ToolChoice,
     ToolOutputError,
-    ToolRequestError,
     parse_answer,
     render_messages,
     resolve_tool_choice,
@@ -50,18 +50,15 @@ from evolvable.telemetry.metrics import CONTENT_TYPE, POLICY_REGISTRY, expositio
 __all__ = ["create_app"]
 
 
-class ApiError(Exception):
-    def __init__(self, status: int, message: str, error_type: str = "invalid_request_error", code: str | None = None):
-        self.status, self.message, self.error_type, self.code = status, message, error_type, code
-        super().__init__(message)
-
-
 def _json(body: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(body), status_code=status, media_type="application/json")
 
 
-def _error(status: int, message: str, error_type: str = "invalid_request_error", code: str | None = None) -> Response:
-    return _json({"error": {"message": message, "type": error_type, "param": None, "code": code or status}}, status)
+def _server_shape(err: HTTPError) -> bytes:
+    """OpenAI's error shape as vLLM's server writes it: `code` defaults to the HTTP status."""
+    return orjson.dumps(
+        {"error": {"message": err.message, "type": err.error_type, "param": err.param, "code": err.code or err.status}}
+    )
 
 
 def _validation_message(err: ValidationError | RequestValidationError) -> str:
@@ -75,8 +72,6 @@ def _validation_message(err: ValidationError | RequestValidationError) -> str:
 def create_app(engine: Engine, *, aliases: tuple[str, ...] = ()) -> FastAPI:
     """The ASGI app serving `engine`. The app's lifespan starts the engine thread; the caller stops it.
     `aliases` are extra model names that select the base model (for example its display name)."""
-    base_names = {engine.model_name, *aliases}
-    template_renders_tools = "tools" in str(getattr(engine.tokenizer, "chat_template", None) or "")
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -84,66 +79,69 @@ def create_app(engine: Engine, *, aliases: tuple[str, ...] = ()) -> FastAPI:
         yield
 
     app = FastAPI(title="Evolvable policy server", lifespan=lifespan, docs_url=None, redoc_url=None)
+    install_error_handler(
+        app,
+        render=_server_shape,
+        invalid=lambda err: InvalidRequest(_validation_message(err)),
+        translate=lambda err: InvalidRequest(str(err)),  # any other error of ours is the request's fault
+    )
+    app.include_router(_server_router(engine))
+    app.include_router(_generation_router(engine, _Models(engine, aliases)))
+    return app
 
-    @app.exception_handler(ApiError)
-    async def _api_error(_: Request, err: ApiError) -> Response:
-        return _error(err.status, err.message, err.error_type, err.code)
 
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, err: RequestValidationError) -> Response:
-        return _error(400, _validation_message(err))
+async def _parse(request: Request, model: type[Any]) -> Any:
+    """The body as `model`, or a 400 that says what is wrong with it."""
+    try:
+        body = orjson.loads(await request.body())
+    except orjson.JSONDecodeError as err:
+        raise InvalidRequest(f"the body is not valid JSON: {err}") from err
+    if not isinstance(body, dict):
+        raise InvalidRequest("the body must be a JSON object")
+    try:
+        return model.model_validate(body)
+    except ValidationError as err:
+        raise InvalidRequest(_validation_message(err)) from err
 
-    @app.exception_handler(AdapterError)
-    async def _adapter_error(_: Request, err: AdapterError) -> Response:
-        return _error(err.status_code, str(err), "NotFoundError" if err.status_code == 404 else "BadRequestError")
 
-    @app.exception_handler(ToolRequestError)
-    async def _tool_request_error(_: Request, err: ToolRequestError) -> Response:
-        return _error(400, str(err))
+class _Models:
+    """The names a request may ask for: the base model (and its aliases) or a loaded adapter."""
 
-    @app.exception_handler(ToolOutputError)
-    async def _tool_output_error(_: Request, err: ToolOutputError) -> Response:
-        return _error(500, str(err), "server_error", "tool_call_parse_error")
+    def __init__(self, engine: Engine, aliases: tuple[str, ...]) -> None:
+        self.engine = engine
+        self.base_names = {engine.model_name, *aliases}
 
-    @app.exception_handler(EvolvableError)
-    async def _known_error(_: Request, err: EvolvableError) -> Response:
-        return _error(400, str(err))
-
-    async def parse(request: Request, model: type[Any]) -> Any:
-        try:
-            body = orjson.loads(await request.body())
-        except orjson.JSONDecodeError as err:
-            raise ApiError(400, f"the body is not valid JSON: {err}") from err
-        if not isinstance(body, dict):
-            raise ApiError(400, "the body must be a JSON object")
-        try:
-            return model.model_validate(body)
-        except ValidationError as err:
-            raise ApiError(400, _validation_message(err)) from err
-
-    def resolve_adapter(model: str) -> str | None:
-        if model in base_names:
+    def adapter_of(self, model: str) -> str | None:
+        """The adapter serving `model`; None for the base model."""
+        if model in self.base_names:
             return None
-        if model in engine.adapters:
+        if model in self.engine.adapters:
             return model
-        raise ApiError(404, f"The model `{model}` does not exist.", "NotFoundError", "model_not_found")
+        raise HTTPError(
+            f"The model `{model}` does not exist.", status=404, error_type="NotFoundError", code="model_not_found"
+        )
 
-    @app.get("/health")
+
+def _server_router(engine: Engine) -> APIRouter:
+    """Health, metrics, statistics, the model list and LoRA hot-loading."""
+    router = APIRouter()
+
+    @router.get("/health")
     async def health() -> Response:
         return _json({"status": "ok", "model": engine.model_name, "adapters": sorted(engine.adapters)})
 
     metrics_collector = EngineCollector(engine)
 
-    @app.get("/metrics", include_in_schema=False)
+    @router.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:
         body = exposition([POLICY_REGISTRY], [metrics_collector])
         return Response(body, media_type=CONTENT_TYPE)
 
-    @app.get("/stats")
+    @router.get("/stats")
     async def stats() -> Response:
         return _json(asdict(engine.stats))
 
-    @app.get("/v1/models")
+    @router.get("/v1/models")
     async def models() -> Response:
         created = int(time.time())
         data = [
@@ -169,22 +167,30 @@ def create_app(engine: Engine, *, aliases: tuple[str, ...] = ()) -> FastAPI:
             )
         return _json({"object": "list", "data": data})
 
-    @app.post("/v1/load_lora_adapter")
+    @router.post("/v1/load_lora_adapter")
     async def load_lora_adapter(request: Request) -> Response:
-        body: LoadLoraAdapterRequest = await parse(request, LoadLoraAdapterRequest)
+        body: LoadLoraAdapterRequest = await _parse(request, LoadLoraAdapterRequest)
         await engine.aload_adapter(body.lora_name, body.lora_path, replace=body.load_inplace)
         return PlainTextResponse(f"Success: LoRA adapter '{body.lora_name}' added successfully.")
 
-    @app.post("/v1/unload_lora_adapter")
+    @router.post("/v1/unload_lora_adapter")
     async def unload_lora_adapter(request: Request) -> Response:
-        body: UnloadLoraAdapterRequest = await parse(request, UnloadLoraAdapterRequest)
+        body: UnloadLoraAdapterRequest = await _parse(request, UnloadLoraAdapterRequest)
         await engine.aunload_adapter(body.lora_name)
         return PlainTextResponse(f"Success: LoRA adapter '{body.lora_name}' removed successfully.")
 
-    @app.post("/v1/chat/completions")
+    return router
+
+
+def _generation_router(engine: Engine, models: _Models) -> APIRouter:
+    """Chat and text completions (plain and streamed), with vLLM's token-id fields and tool calls."""
+    router = APIRouter()
+    template_renders_tools = "tools" in str(getattr(engine.tokenizer, "chat_template", None) or "")
+
+    @router.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
-        body: ChatCompletionRequest = await parse(request, ChatCompletionRequest)
-        adapter = resolve_adapter(body.model)
+        body: ChatCompletionRequest = await _parse(request, ChatCompletionRequest)
+        adapter = models.adapter_of(body.model)
         tool_choice = _tool_choice(body)
         messages = [_normalise_message(m) for m in body.messages]
         template_tools = body.tools if tool_choice.active and template_renders_tools else None
@@ -229,16 +235,16 @@ def create_app(engine: Engine, *, aliases: tuple[str, ...] = ()) -> FastAPI:
             response["prompt_token_ids"] = prompt_ids
         return _json(response)
 
-    @app.post("/v1/completions")
+    @router.post("/v1/completions")
     async def completions(request: Request) -> Response:
-        body: CompletionRequest = await parse(request, CompletionRequest)
-        adapter = resolve_adapter(body.model)
+        body: CompletionRequest = await _parse(request, CompletionRequest)
+        adapter = models.adapter_of(body.model)
         if body.echo:
-            raise ApiError(400, "echo is not supported by this server")
+            raise InvalidRequest("echo is not supported by this server")
         try:
             prompts = body.prompts()
         except ValueError as err:
-            raise ApiError(400, str(err)) from err
+            raise InvalidRequest(str(err)) from err
         prompt_ids = [p if isinstance(p, list) else engine.text_prompt_ids(p) for p in prompts]
         for ids in prompt_ids:
             engine.check_request(ids, adapter)
@@ -264,7 +270,7 @@ def create_app(engine: Engine, *, aliases: tuple[str, ...] = ()) -> FastAPI:
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         return _json(meta.envelope("text_completion", choices, usage))
 
-    return app
+    return router
 
 
 class _Meta:
@@ -284,7 +290,7 @@ class _Meta:
 def _normalise_message(message: dict[str, Any]) -> dict[str, Any]:
     """Flatten OpenAI content parts to text and None content to "", which plain chat templates expect."""
     if "role" not in message:
-        raise ApiError(400, "every message needs a role")
+        raise InvalidRequest("every message needs a role")
     content = message.get("content")
     if isinstance(content, list):
         text = "".join(part.get("text", "") for part in content if isinstance(part, dict))
@@ -297,10 +303,10 @@ def _normalise_message(message: dict[str, Any]) -> dict[str, Any]:
 def _tool_choice(body: ChatCompletionRequest) -> ToolChoice:
     """The request's tools and tool_choice, checked; legacy `functions` are refused rather than ignored."""
     if body.model_extra and {"functions", "function_call"} & body.model_extra.keys():
-        raise ApiError(400, "`functions` and `function_call` are not supported; send `tools` and `tool_choice`")
+        raise InvalidRequest("`functions` and `function_call` are not supported; send `tools` and `tool_choice`")
     choice = resolve_tool_choice(body.tools, body.tool_choice, body.parallel_tool_calls)
     if choice.prefill and (body.continue_final_message or not body.add_generation_prompt):
-        raise ApiError(400, f"tool_choice {choice.mode!r} starts a new assistant turn; it cannot continue one")
+        raise InvalidRequest(f"tool_choice {choice.mode!r} starts a new assistant turn; it cannot continue one")
     return choice
 
 
@@ -318,9 +324,14 @@ def _chat_message(text: str, finish_reason: str | None, choice: ToolChoice) -> t
 
 def _raise_for_failures(results: list[GenerationResult]) -> None:
     if any(r.finish_reason == UNKNOWN_ADAPTER for r in results):
-        raise ApiError(404, "the adapter was unloaded before this request started", "NotFoundError", "model_not_found")
+        raise HTTPError(
+            "the adapter was unloaded before this request started",
+            status=404,
+            error_type="NotFoundError",
+            code="model_not_found",
+        )
     if any(r.finish_reason in ("error", "abort") for r in results):
-        raise ApiError(500, "generation failed inside the engine; see the server log", "server_error", "engine_error")
+        raise HTTPError("generation failed inside the engine; see the server log", status=500, code="engine_error")
 
 
 def _usage(prompt_ids: list[int], results: list[GenerationResult]) -> dict[str, int]:

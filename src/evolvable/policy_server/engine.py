@@ -28,7 +28,7 @@ from typing import Any, Literal, cast
 import torch
 from transformers import BatchEncoding, DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
-from evolvable.errors import EvolvableError
+from evolvable.errors import HTTPError, InvalidRequest
 from evolvable.policy_server.detokenize import TokenText, find_stop, safe_text_end
 from evolvable.policy_server.prefix_cache import PrefixCache
 from evolvable.policy_server.sampling import SamplingParams, sample_token
@@ -42,16 +42,15 @@ UNKNOWN_ADAPTER = "unknown_adapter"
 logger = logging.getLogger(__name__)
 
 
-class RequestError(EvolvableError):
-    """A request the engine cannot serve (too long, bad parameters); maps to HTTP 400."""
+class RequestError(InvalidRequest):
+    """A request the engine cannot serve (too long, bad parameters): HTTP 400."""
 
 
-class AdapterError(EvolvableError):
-    """An adapter cannot be loaded or unloaded; maps to HTTP 400 (or 404 for an unknown name)."""
+class AdapterError(HTTPError):
+    """An adapter cannot be loaded or unloaded: HTTP 400 (or 404 for an unknown name), typed as vLLM does."""
 
-    def __init__(self, message: str, status_code: int = 400) -> None:
-        self.status_code = status_code
-        super().__init__(message)
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message, status=status, error_type="NotFoundError" if status == 404 else "BadRequestError")
 
 
 @dataclass

@@ -1,5 +1,6 @@
-"""Start `evolvable policy-server` as a subprocess and wait until it answers: one place for the demo
-and the benchmarks. Its own process, so generation never shares a GIL with the caller."""
+"""Start the policy server (`python -m evolvable.policy_server`, its own entry, not the CLI) as a
+subprocess and wait until it answers: one place for the demo, the composition root and the benchmarks.
+Its own process, so generation never shares a GIL with the caller; its environment is passed explicitly."""
 
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ def policy_server(
     slower when several torch processes shared the cores."""
     port = free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_WAIT_POLICY": "PASSIVE"}
-    cmd = [sys.executable, "-m", "evolvable.cli.main", "policy-server", "--model", model, "--port", str(port)]
+    cmd = [sys.executable, "-m", "evolvable.policy_server", "--model", model, "--port", str(port)]
     cmd += ["--max-batch", str(max_batch), *extra_args]
     log = log_path.open("ab") if log_path is not None else subprocess.DEVNULL
     try:

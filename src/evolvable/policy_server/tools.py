@@ -21,6 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from evolvable.errors import HTTPError, InvalidRequest
+
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
 
@@ -39,12 +41,16 @@ For each function call, return a json object with function name and arguments wi
 </tool_call>"""
 
 
-class ToolRequestError(ValueError):
+class ToolRequestError(InvalidRequest, ValueError):
     """A tools request this server cannot honour as asked (answered 400, never ignored)."""
 
 
-class ToolOutputError(RuntimeError):
+class ToolOutputError(HTTPError, RuntimeError):
     """`tool_choice` required a call and the model's output holds none that parses (answered 500)."""
+
+    status = 500
+    error_type = "server_error"
+    code = "tool_call_parse_error"
 
 
 @dataclass(frozen=True)

@@ -382,8 +382,18 @@ class TrajectoryEnded(EventBase):
     metadata: dict[str, Any] = Field(default_factory=dict, description="Merged into the trajectory's metadata.")
 
 
+class VersionsNamed(EventBase):
+    """The run's harness / policy versions, named after its start (a proxy learns them at the first call).
+
+    Fills only the versions the header still lacks: a version a run started with never changes."""
+
+    type: Literal["versions_named"] = "versions_named"
+    harness_version: str | None = None
+    policy_version: str | None = None
+
+
 Event = Annotated[
-    TrajectoryStarted | StepAppended | SignalAttached | TrajectoryEnded,
+    TrajectoryStarted | StepAppended | SignalAttached | TrajectoryEnded | VersionsNamed,
     Field(discriminator="type"),
 ]
 

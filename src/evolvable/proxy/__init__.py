@@ -6,7 +6,7 @@
 Seams for other components are in `evolvable.proxy.hooks`; see docs/proxy.md.
 """
 
-from evolvable.proxy.app import ProxyRuntime, create_app, records_for
+from evolvable.proxy.app import create_app
 from evolvable.proxy.config import ConfigError, ModelAlias, ProxyConfig, TokenCapture, UpstreamConfig, load_config
 from evolvable.proxy.hooks import (
     Authenticator,
@@ -16,6 +16,7 @@ from evolvable.proxy.hooks import (
     RewriteResult,
     SessionContext,
 )
+from evolvable.proxy.runtime import ProxyRuntime, records_for
 
 __all__ = [
     "Authenticator",

@@ -14,30 +14,39 @@ import itertools
 import logging
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 import orjson
 
-from evolvable.errors import UpstreamError
+from evolvable.errors import (
+    HTTPError,
+    InvalidRequest,
+    PayloadTooLarge,
+    ResourceNotFound,
+    Unauthenticated,
+    Unavailable,
+    UpstreamError,
+)
+from evolvable.http_errors import openai_error_body, openai_shape
 from evolvable.protocol.models import HandoffStep
 from evolvable.proxy.capture import SSEStripper, has_token_fields, llm_step_id, strip_token_fields
-from evolvable.proxy.errors import error_body
+from evolvable.proxy.config import UpstreamConfig
 from evolvable.proxy.hooks import Principal, Role, SessionContext
 from evolvable.proxy.limits import BodyTooLarge, ClientGone, InvalidInput, check_completion_body, read_body
 from evolvable.proxy.metrics import UPSTREAM_SCOPE_KEY
+from evolvable.proxy.runtime import ProxyRuntime, step_record
 from evolvable.proxy.sessions import KEY_PREFIX, Session
-
-if TYPE_CHECKING:
-    from evolvable.proxy.app import ProxyRuntime
-    from evolvable.proxy.wire.base import WireCall
+from evolvable.proxy.wire.base import WireCall
+from evolvable.proxy.wire.messages import native_headers
 
 log = logging.getLogger("evolvable.proxy")
 
 Scope = dict[str, Any]
 _JSON = b"application/json"
 _CAPTURE_UNAVAILABLE_TEXT = "the call could not be recorded (capture storage unavailable); it was not answered"
-_CAPTURE_UNAVAILABLE = error_body(_CAPTURE_UNAVAILABLE_TEXT, "server_error", "capture_unavailable")
+_CAPTURE_UNAVAILABLE = openai_error_body(_CAPTURE_UNAVAILABLE_TEXT, "server_error", "capture_unavailable")
 
 
 _ID_PREFIX = os.urandom(8).hex()
@@ -47,12 +56,6 @@ _ID_COUNTER = itertools.count()
 def new_request_id() -> str:
     """Unique across processes and restarts (random prefix) and cheap (no urandom per call)."""
     return f"{_ID_PREFIX}{next(_ID_COUNTER):016x}"
-
-
-class RequestRejected(Exception):
-    def __init__(self, status: int, message: str, error_type: str, code: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.error_type, self.code = status, message, error_type, code
 
 
 def _ms(seconds: float) -> float:
@@ -70,6 +73,17 @@ async def _send_bytes(send: Any, status: int, body: bytes, headers: list[tuple[b
     await send({"type": "http.response.body", "body": body})
 
 
+@dataclass(frozen=True, slots=True)
+class _Route:
+    """Where one call goes: the body to send, the served model, the upstream and the pinned versions."""
+
+    body: dict[str, Any]
+    model: Any
+    upstream: UpstreamConfig
+    harness_version: str | None
+    policy_version: str | None
+
+
 class CompletionsEndpoint:
     """ASGI handler for both completion endpoints; `endpoint` is `chat` or `completions`."""
 
@@ -80,12 +94,12 @@ class CompletionsEndpoint:
         t_start = time.perf_counter()
         try:
             await self._handle(scope, receive, send, endpoint, t_start)
-        except RequestRejected as rej:
+        except HTTPError as err:
             overhead = _ms(time.perf_counter() - t_start)
             await _send_bytes(
                 send,
-                rej.status,
-                error_body(rej.message, rej.error_type, rej.code),
+                err.status,
+                openai_shape(err),
                 [(b"x-evolvable-overhead-ms", str(overhead).encode())],
             )
 
@@ -95,9 +109,9 @@ class CompletionsEndpoint:
         try:
             return await read_body(scope, receive, limit)
         except BodyTooLarge as err:
-            raise RequestRejected(413, str(err), "invalid_request_error", "body_too_large") from None
+            raise PayloadTooLarge(str(err)) from None
         except ClientGone:
-            raise RequestRejected(400, "client disconnected while sending the body", "invalid_request_error") from None
+            raise InvalidRequest("client disconnected while sending the body") from None
 
     async def _identify(self, headers: dict[bytes, bytes]) -> tuple[Principal, Session | None, str | None]:
         """The caller, its session (if any), and a bearer to forward upstream (only a non-Evolvable one)."""
@@ -109,18 +123,15 @@ class CompletionsEndpoint:
             if session is None:
                 session = await asyncio.to_thread(rt.sessions.load_by_key, bearer)
             if session is None:
-                raise RequestRejected(401, "invalid session API key", "invalid_request_error", "invalid_api_key")
+                raise Unauthenticated("invalid session API key")
             if not session.running or not await rt.minting_key_active(session):
-                raise RequestRejected(
-                    401,
-                    "this session key is no longer valid (session ended or key revoked)",
-                    "invalid_request_error",
-                    "session_key_expired",
+                raise Unauthenticated(
+                    "this session key is no longer valid (session ended or key revoked)", code="session_key_expired"
                 )
             return Principal(tenant_id=session.tenant_id, role=Role.session, session_id=session.id), session, None
         principal = await rt.authenticate(bearer)
         if principal is None:
-            raise RequestRejected(401, "invalid API key", "invalid_request_error", "invalid_api_key")
+            raise Unauthenticated("invalid API key")
         forward = bearer if rt.authenticator_is_open else None
         sid = headers.get(b"x-evolvable-session")
         if sid is None:
@@ -128,39 +139,14 @@ class CompletionsEndpoint:
         sid_text = sid.decode("latin-1")
         session = rt.sessions.cached_by_id(sid_text) or await asyncio.to_thread(rt.sessions.load_by_id, sid_text)
         if session is None or session.tenant_id != principal.tenant_id:
-            raise RequestRejected(404, f"session {sid_text} not found", "invalid_request_error", "session_not_found")
+            raise ResourceNotFound(f"session {sid_text} not found", code="session_not_found")
         return principal, session, forward
 
     # ------------------------------------------------------------------ the call
 
     async def _handle(self, scope: Scope, receive: Any, send: Any, endpoint: str, t_start: float) -> None:
         rt = self.rt
-        if scope["method"] != "POST":
-            raise RequestRejected(405, "use POST", "invalid_request_error", "method_not_allowed")
-        raw = await self._read_body(scope, receive, rt.config.max_body_bytes)
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError as err:
-            raise RequestRejected(
-                400, f"request body is not valid JSON: {err}", "invalid_request_error", "invalid_json"
-            ) from None
-        if not isinstance(body, dict):
-            raise RequestRejected(400, "request body must be a JSON object", "invalid_request_error", "invalid_json")
-        if endpoint == "chat":
-            messages = body.get("messages")
-            if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
-                raise RequestRejected(
-                    400,
-                    "'messages' must be a non-empty list of message objects",
-                    "invalid_request_error",
-                    "missing_messages",
-                )
-        elif "prompt" not in body:
-            raise RequestRejected(400, "'prompt' is required", "invalid_request_error", "missing_prompt")
-        try:
-            check_completion_body(body, endpoint)
-        except InvalidInput as err:
-            raise RequestRejected(400, str(err), "invalid_request_error", "invalid_field") from None
+        body = await self._parse(scope, receive, endpoint)
         headers = dict(scope["headers"])
         principal, session, forward_bearer = await self._identify(headers)
         if rt.fails_closed and not rt.spool.may_try_write():
@@ -168,61 +154,16 @@ class CompletionsEndpoint:
             # that would be refused after it. One call every `probe_interval_s` still goes through to
             # find out when writing works again.
             rt.calls_refused += 1
-            raise RequestRejected(503, _CAPTURE_UNAVAILABLE_TEXT, "server_error", "capture_unavailable")
+            raise Unavailable(_CAPTURE_UNAVAILABLE_TEXT, code="capture_unavailable")
 
         request_id = new_request_id()
-        if session is not None:
-            trajectory_id, agent, end_user = session.id, session.agent, session.end_user
-            # A per-call agent header inside a session names the sub-agent making this call.
-            agent = headers.get(b"x-evolvable-agent", b"").decode("latin-1") or agent
-            rt.sessions.touch(session)
-            await _record_handoff(rt, session, agent)
-        else:
-            trajectory_id = f"traj_{request_id}"
-            agent = headers.get(b"x-evolvable-agent", b"default").decode("latin-1")
-            user = body.get("user")
-            end_user = user if isinstance(user, str) else None
+        trajectory_id, agent, end_user = await self._run_of(session, headers, body, request_id)
 
         client_model = body.get("model")
-        harness_version = session.harness_version if session else None
-        policy_version = session.policy_version if session else None
-        upstream_name: str | None = None
-        model = client_model
-        if rt.rewriter is not None:
-            ctx = SessionContext(
-                tenant_id=principal.tenant_id,
-                agent=agent,
-                trajectory_id=trajectory_id,
-                session_id=session.id if session else None,
-                endpoint=endpoint,
-                task_id=session.task_id if session else None,
-                task_input=session.task_input if session else None,
-                end_user=end_user,
-                metadata=session.metadata if session else {},
-                harness_version=harness_version,
-                policy_version=policy_version,
-                call_index=session.calls if session else 0,
-            )
-            result = rt.rewriter.prepare(ctx, body)
-            if inspect.isawaitable(result):
-                result = await result
-            body = result.body
-            sub_agent = session is not None and agent != session.agent
-            harness_version = result.harness_version if sub_agent else (result.harness_version or harness_version)
-            policy_version = result.policy_version or policy_version
-            upstream_name = result.upstream_name
-            model = result.model or body.get("model")
-        alias = rt.config.models.get(model) if isinstance(model, str) else None
-        if alias is not None:
-            upstream_name = upstream_name or alias.upstream
-            model = alias.served_model or model
-        try:
-            upstream = rt.config.upstream(upstream_name)
-        except Exception as err:
-            raise RequestRejected(400, str(err), "invalid_request_error", "unknown_upstream") from None
+        route = await self._route(endpoint, body, principal, session, agent, trajectory_id, end_user)
+        body, model, upstream = route.body, route.model, route.upstream
+        harness_version, policy_version = route.harness_version, route.policy_version
         scope[UPSTREAM_SCOPE_KEY] = upstream.name
-        if model != body.get("model"):
-            body = {**body, "model": model}
         wire = scope.get("evolvable.wire")  # a Responses/Messages call translated at the edge (proxy.wire)
         native = wire if wire is not None and wire.native_for(upstream, body) else None
         if wire is not None:
@@ -231,16 +172,7 @@ class CompletionsEndpoint:
 
         keep_ids = bool(body.get("return_token_ids"))
         keep_lps = bool(body.get("logprobs"))
-        injected: list[str] = []
-        send_body = body
-        if native is None and rt.upstream.wants_token_fields(upstream):
-            send_body = dict(body)
-            if not keep_ids:
-                send_body["return_token_ids"] = True
-                injected.append("return_token_ids")
-            if not keep_lps and "logprobs" not in body:
-                send_body["logprobs"] = True if endpoint == "chat" else 0
-                injected.append("logprobs")
+        send_body, injected = self._with_token_fields(body, upstream, endpoint, passed_through=native is not None)
         stream = bool(body.get("stream"))
         first_versions = bool(
             session and agent == session.agent and not session.versions_recorded and (harness_version or policy_version)
@@ -277,12 +209,10 @@ class CompletionsEndpoint:
         if wire is not None:
             record["wire"] = wire.record(request_id, native is not None)
         if native is not None:
-            from evolvable.proxy.wire.endpoint import upstream_headers
-
             path, send_body, up_headers = (
                 native.native_path,
                 native.native_body(model, body),
-                upstream_headers(native, up_headers),
+                native_headers(native, up_headers),
             )
         ids_header = [
             (b"x-request-id", request_id.encode()),
@@ -292,41 +222,11 @@ class CompletionsEndpoint:
 
         t_up = time.perf_counter()
         try:
-            resp = await rt.upstream.post(upstream, path, orjson.dumps(send_body), up_headers)
-            if resp.status == 400 and injected and upstream.token_capture == "auto":
-                # The upstream may not know vLLM's token fields: retry once without, remember if that was it.
-                first_error = await resp.read()
-                resp.release()
-                resp = await rt.upstream.post(upstream, path, orjson.dumps(body), up_headers)
-                if resp.status != 400:
-                    rt.upstream.state[upstream.name].accepts_token_fields = False
-                    log.info("upstream %s rejects token-capture fields; not asking again", upstream.name)
-                    injected = []
-                    record["injected"] = []
-                else:
-                    resp.release()
-                    del resp
-                    raise UpstreamError(
-                        first_error.decode("utf-8", "replace"), status_code=400, error_type="upstream_400"
-                    )
+            resp = await self._post(upstream, path, send_body, body, up_headers, record)
         except UpstreamError as err:
-            t_end = time.perf_counter()
-            status = err.status_code
-            if err.error_type == "upstream_400":
-                payload = _error_payload(err.args[0].encode(), 400)
-            else:
-                payload = error_body(str(err), "upstream_error", err.error_type)
-            record.update(
-                lat=_ms(t_end - t_up), err={"type": err.error_type, "message": str(err)[:2000], "status": status}
-            )
-            if not await rt.spool_record(record) and rt.fails_closed:
-                status, payload = 503, _CAPTURE_UNAVAILABLE
-            overhead = _ms((time.perf_counter() - t_start) - (t_end - t_up))
-            await _send_bytes(
-                send, status, payload, [(b"x-evolvable-overhead-ms", str(overhead).encode()), *ids_header]
-            )
+            await self._answer_failure(err, send, record, t_start, t_up, ids_header)
             return
-
+        injected = record["injected"]
         if stream and resp.status == 200 and resp.content_type == "text/event-stream":
             if native is not None:
                 record["sse_wire"] = native.protocol
@@ -335,6 +235,162 @@ class CompletionsEndpoint:
             )
             return
         await self._plain(resp, send, record, t_start, t_up, ids_header, keep_ids, keep_lps, bool(injected), native)
+
+    async def _run_of(
+        self, session: Session | None, headers: dict[bytes, bytes], body: dict[str, Any], request_id: str
+    ) -> tuple[str, str, str | None]:
+        """(trajectory id, agent, end user) of the call: its session's, or a one-call trajectory's."""
+        if session is None:
+            agent = headers.get(b"x-evolvable-agent", b"default").decode("latin-1")
+            user = body.get("user")
+            return f"traj_{request_id}", agent, user if isinstance(user, str) else None
+        # A per-call agent header inside a session names the sub-agent making this call.
+        agent = headers.get(b"x-evolvable-agent", b"").decode("latin-1") or session.agent
+        self.rt.sessions.touch(session)
+        await _record_handoff(self.rt, session, agent)
+        return session.id, agent, session.end_user
+
+    async def _parse(self, scope: Scope, receive: Any, endpoint: str) -> dict[str, Any]:
+        """The request body as a checked JSON object, or the 4xx that says what is wrong with it."""
+        if scope["method"] != "POST":
+            raise HTTPError("use POST", status=405, code="method_not_allowed")
+        raw = await self._read_body(scope, receive, self.rt.config.max_body_bytes)
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as err:
+            raise InvalidRequest(f"request body is not valid JSON: {err}", code="invalid_json") from None
+        if not isinstance(body, dict):
+            raise InvalidRequest("request body must be a JSON object", code="invalid_json")
+        if endpoint == "chat":
+            messages = body.get("messages")
+            if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+                raise InvalidRequest("'messages' must be a non-empty list of message objects", code="missing_messages")
+        elif "prompt" not in body:
+            raise InvalidRequest("'prompt' is required", code="missing_prompt")
+        try:
+            check_completion_body(body, endpoint)
+        except InvalidInput as err:
+            raise InvalidRequest(str(err), code="invalid_field") from None
+        return body
+
+    async def _route(
+        self,
+        endpoint: str,
+        body: dict[str, Any],
+        principal: Principal,
+        session: Session | None,
+        agent: str,
+        trajectory_id: str,
+        end_user: str | None,
+    ) -> _Route:
+        """Where the call goes and with which versions: the rewriter (harness, canary, policy) first,
+        then the configured model aliases."""
+        rt = self.rt
+        harness_version = session.harness_version if session else None
+        policy_version = session.policy_version if session else None
+        upstream_name: str | None = None
+        model = body.get("model")
+        if rt.rewriter is not None:
+            ctx = SessionContext(
+                tenant_id=principal.tenant_id,
+                agent=agent,
+                trajectory_id=trajectory_id,
+                session_id=session.id if session else None,
+                endpoint=endpoint,
+                task_id=session.task_id if session else None,
+                task_input=session.task_input if session else None,
+                end_user=end_user,
+                metadata=session.metadata if session else {},
+                harness_version=harness_version,
+                policy_version=policy_version,
+                call_index=session.calls if session else 0,
+            )
+            result = rt.rewriter.prepare(ctx, body)
+            if inspect.isawaitable(result):
+                result = await result
+            body = result.body
+            sub_agent = session is not None and agent != session.agent
+            harness_version = result.harness_version if sub_agent else (result.harness_version or harness_version)
+            policy_version = result.policy_version or policy_version
+            upstream_name = result.upstream_name
+            model = result.model or body.get("model")
+        alias = rt.config.models.get(model) if isinstance(model, str) else None
+        if alias is not None:
+            upstream_name = upstream_name or alias.upstream
+            model = alias.served_model or model
+        try:
+            upstream = rt.config.upstream(upstream_name)
+        except Exception as err:
+            raise InvalidRequest(str(err), code="unknown_upstream") from None
+        if model != body.get("model"):
+            body = {**body, "model": model}
+        return _Route(body, model, upstream, harness_version, policy_version)
+
+    def _with_token_fields(
+        self, body: dict[str, Any], upstream: UpstreamConfig, endpoint: str, *, passed_through: bool
+    ) -> tuple[dict[str, Any], list[str]]:
+        """The body to send, asking a vLLM-like upstream for token ids and logprobs the client did not ask
+        for (they are captured, then stripped from its reply), and the names of the fields added."""
+        injected: list[str] = []
+        if passed_through or not self.rt.upstream.wants_token_fields(upstream):
+            return body, injected
+        send_body = dict(body)
+        if not body.get("return_token_ids"):
+            send_body["return_token_ids"] = True
+            injected.append("return_token_ids")
+        if not body.get("logprobs") and "logprobs" not in body:
+            send_body["logprobs"] = True if endpoint == "chat" else 0
+            injected.append("logprobs")
+        return send_body, injected
+
+    async def _post(
+        self,
+        upstream: UpstreamConfig,
+        path: str,
+        send_body: dict[str, Any] | bytes,
+        body: dict[str, Any],
+        headers: dict[str, str],
+        record: dict[str, Any],
+    ) -> aiohttp.ClientResponse:
+        """Send the call. An upstream that refuses the injected token fields (400, `token_capture: auto`)
+        is retried once without them and remembered; if it refuses that too, its first answer stands."""
+        rt = self.rt
+        resp = await rt.upstream.post(upstream, path, orjson.dumps(send_body), headers)
+        if resp.status != 400 or not record["injected"] or upstream.token_capture != "auto":
+            return resp
+        first_error = await resp.read()
+        resp.release()
+        resp = await rt.upstream.post(upstream, path, orjson.dumps(body), headers)
+        if resp.status == 400:
+            resp.release()
+            raise UpstreamError(first_error.decode("utf-8", "replace"), status_code=400, error_type="upstream_400")
+        rt.upstream.state[upstream.name].accepts_token_fields = False
+        log.info("upstream %s rejects token-capture fields; not asking again", upstream.name)
+        record["injected"] = []
+        return resp
+
+    async def _answer_failure(
+        self,
+        err: UpstreamError,
+        send: Any,
+        record: dict[str, Any],
+        t_start: float,
+        t_up: float,
+        ids_header: list[tuple[bytes, bytes]],
+    ) -> None:
+        """Record a call the upstream failed, and answer it (503 instead when it could not be recorded and
+        capture fails closed)."""
+        t_end = time.perf_counter()
+        status = err.status_code
+        if err.error_type == "upstream_400":
+            payload = _error_payload(err.args[0].encode(), 400)
+        else:
+            payload = openai_error_body(str(err), "upstream_error", err.error_type)
+        record.update(lat=_ms(t_end - t_up), err={"type": err.error_type, "message": str(err)[:2000], "status": status})
+        if not await self.rt.spool_record(record) and self.rt.fails_closed:
+            status, payload = 503, _CAPTURE_UNAVAILABLE
+        overhead = _ms((time.perf_counter() - t_start) - (t_end - t_up))
+        await _send_bytes(send, status, payload, [(b"x-evolvable-overhead-ms", str(overhead).encode()), *ids_header])
 
     async def _plain(
         self,
@@ -364,12 +420,12 @@ class CompletionsEndpoint:
         out = raw
         if isinstance(read_error, ReplyTooLarge):
             status = 502
-            out = error_body(str(read_error), "upstream_error", "upstream_reply_too_large")
+            out = openai_error_body(str(read_error), "upstream_error", "upstream_reply_too_large")
             record["err"] = {"type": "upstream_reply_too_large", "message": str(read_error), "status": status}
         elif read_error is not None:
             status = 504 if isinstance(read_error, TimeoutError) else 502
             etype = "upstream_timeout" if status == 504 else "upstream_error"
-            out = error_body(f"upstream failed while sending its reply: {read_error!r}", "upstream_error", etype)
+            out = openai_error_body(f"upstream failed while sending its reply: {read_error!r}", "upstream_error", etype)
             record["err"] = {"type": etype, "message": repr(read_error), "status": status}
         elif status == 200:
             try:
@@ -380,7 +436,9 @@ class CompletionsEndpoint:
                     raise ValueError("no choices")
             except (orjson.JSONDecodeError, ValueError):
                 status = 502
-                out = error_body("upstream returned a malformed reply", "upstream_error", "upstream_malformed_reply")
+                out = openai_error_body(
+                    "upstream returned a malformed reply", "upstream_error", "upstream_malformed_reply"
+                )
                 record["err"] = {
                     "type": "upstream_malformed_reply",
                     "message": raw[:500].decode("utf-8", "replace"),
@@ -482,7 +540,7 @@ class CompletionsEndpoint:
                 {
                     "type": "http.response.body",
                     "body": b"data: "
-                    + error_body(f"upstream stream failed: {err!r}", "upstream_error", etype)
+                    + openai_error_body(f"upstream stream failed: {err!r}", "upstream_error", etype)
                     + b"\n\n",
                     "more_body": True,
                 }
@@ -536,7 +594,7 @@ def _error_payload(raw: bytes, status: int) -> bytes:
     except orjson.JSONDecodeError:
         pass
     text = raw[:2000].decode("utf-8", "replace") or f"upstream answered HTTP {status}"
-    return error_body(text, "upstream_error", f"upstream_{status}")
+    return openai_error_body(text, "upstream_error", f"upstream_{status}")
 
 
 async def _record_handoff(rt: ProxyRuntime, session: Session, agent: str) -> None:
@@ -546,14 +604,4 @@ async def _record_handoff(rt: ProxyRuntime, session: Session, agent: str) -> Non
     if previous == agent:
         return
     step = HandoffStep(from_agent=previous, to_agent=agent, agent=previous, metadata={"source": "agent_header"})
-    await rt.spool_record(
-        {
-            "t": "step",
-            "id": step.id,
-            "traj": session.id,
-            "tenant": session.tenant_id,
-            "end_user": session.end_user,
-            "step": step.model_dump(mode="json"),
-            "at": time.time(),
-        }
-    )
+    await rt.spool_record(step_record(session, step, time.time()))

@@ -6,14 +6,12 @@ and `evolvable serve` resolves it through `evolvable.settings` (the one place th
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from evolvable.config_file import read_config_file
 from evolvable.errors import EvolvableError
 
 
@@ -215,14 +213,7 @@ def config_from_dict(data: dict[str, Any]) -> ProxyConfig:
 
 def load_config(path: Path) -> ProxyConfig:
     """Read a YAML (.yaml/.yml) or TOML (.toml) config file. Not validated yet (the CLI may add an upstream)."""
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise ConfigError(f"cannot read config {path}: {err}") from None
-    try:
-        data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
-    except (tomllib.TOMLDecodeError, yaml.YAMLError) as err:
-        raise ConfigError(f"cannot parse config {path}: {err}") from None
+    data = read_config_file(path, ConfigError)
     if not isinstance(data, dict):
         raise ConfigError(f"config {path} must be a mapping at the top level")
     if "proxy" in data and isinstance(data["proxy"], dict):

@@ -9,10 +9,10 @@ import asyncio
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from evolvable.proxy.app import ProxyRuntime
+from evolvable.errors import Forbidden, ResourceNotFound, Unavailable
 from evolvable.proxy.deadletter import DeadLetterEntry
-from evolvable.proxy.errors import APIError
 from evolvable.proxy.routes import _json, _principal, _rt
+from evolvable.proxy.runtime import ProxyRuntime
 
 router = APIRouter(prefix="/v1/proxy/deadletter", tags=["proxy-admin"])
 
@@ -24,7 +24,7 @@ async def _scope(request: Request) -> str | None:
     if rt.authenticator_is_open or principal.is_operator:
         return None
     if not principal.is_admin:
-        raise APIError(403, "the dead-letter queue needs an admin key", "permission_error", "admin_required")
+        raise Forbidden("the dead-letter queue needs an admin key", code="admin_required")
     return principal.tenant_id
 
 
@@ -33,7 +33,7 @@ async def _replay(rt: ProxyRuntime, entry: DeadLetterEntry, tenant_id: str | Non
     if payload is None:
         return False
     if not await rt.spool_record_bytes(payload):
-        raise APIError(503, "the record could not be spooled again", "server_error", "capture_unavailable")
+        raise Unavailable("the record could not be spooled again", code="capture_unavailable")
     await asyncio.to_thread(rt.deadletter.remove, entry.id)
     return True
 
@@ -60,7 +60,7 @@ async def replay_one(entry_id: str, request: Request) -> Response:
     rt, tenant_id = _rt(request), await _scope(request)
     entry = next((e for e in await asyncio.to_thread(rt.deadletter.entries, tenant_id) if e.id == entry_id), None)
     if entry is None or not await _replay(rt, entry, tenant_id):
-        raise APIError(404, f"dead letter {entry_id} not found", "invalid_request_error", "not_found")
+        raise ResourceNotFound(f"dead letter {entry_id} not found")
     return _json({"replayed": [entry_id]})
 
 
@@ -69,5 +69,5 @@ async def discard(entry_id: str, request: Request) -> Response:
     rt, tenant_id = _rt(request), await _scope(request)
     visible = {e.id for e in await asyncio.to_thread(rt.deadletter.entries, tenant_id)}
     if entry_id not in visible or not await asyncio.to_thread(rt.deadletter.remove, entry_id):
-        raise APIError(404, f"dead letter {entry_id} not found", "invalid_request_error", "not_found")
+        raise ResourceNotFound(f"dead letter {entry_id} not found")
     return _json({"discarded": entry_id})

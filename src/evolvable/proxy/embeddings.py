@@ -17,11 +17,10 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from evolvable.errors import UpstreamError
+from evolvable.errors import HTTPError, InvalidRequest, PayloadTooLarge, ResourceNotFound, UpstreamError
 from evolvable.protocol.models import SkillUseStep
-from evolvable.proxy.app import ProxyRuntime
-from evolvable.proxy.errors import APIError
 from evolvable.proxy.routes import _caller
+from evolvable.proxy.runtime import ProxyRuntime, step_record
 from evolvable.proxy.sessions import KEY_PREFIX, Session
 
 router = APIRouter()
@@ -40,7 +39,7 @@ async def embeddings(request: Request) -> Response:
     try:
         upstream = rt.config.upstream(alias.upstream if alias else None)
     except Exception as err:
-        raise APIError(400, str(err), "invalid_request_error", "unknown_upstream") from None
+        raise InvalidRequest(str(err), code="unknown_upstream") from None
     served = (alias.served_model if alias else None) or client_model
     started = time.perf_counter()
     try:
@@ -55,7 +54,7 @@ async def embeddings(request: Request) -> Response:
         finally:
             response.release()
     except UpstreamError as err:
-        raise APIError(err.status_code, str(err), err.error_type) from None
+        raise HTTPError(str(err), status=err.status_code, error_type=err.error_type) from None
     if session is not None and status == 200:
         step = usage_step(body, payload, served, upstream.name, (time.perf_counter() - started) * 1000)
         await _record(rt, session, step)
@@ -64,15 +63,13 @@ async def embeddings(request: Request) -> Response:
 
 def _parse(raw: bytes, limit: int) -> dict[str, Any]:
     if len(raw) > limit:
-        raise APIError(
-            413, f"request body exceeds the limit of {limit} bytes", "invalid_request_error", "body_too_large"
-        )
+        raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes")
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as err:
-        raise APIError(400, f"request body is not valid JSON: {err}", "invalid_request_error", "invalid_json") from None
+        raise InvalidRequest(f"request body is not valid JSON: {err}", code="invalid_json") from None
     if not isinstance(body, dict) or not isinstance(body.get("model"), str) or "input" not in body:
-        raise APIError(400, "an embeddings request needs 'model' (a string) and 'input'", "invalid_request_error")
+        raise InvalidRequest("an embeddings request needs 'model' (a string) and 'input'")
     return body
 
 
@@ -89,7 +86,7 @@ async def _named_session(rt: ProxyRuntime, request: Request, tenant_id: str) -> 
         return None
     session = rt.sessions.cached_by_id(sid) or await asyncio.to_thread(rt.sessions.load_by_id, sid)
     if session is None or session.tenant_id != tenant_id:
-        raise APIError(404, f"session {sid} not found", "invalid_request_error", "session_not_found")
+        raise ResourceNotFound(f"session {sid} not found", code="session_not_found")
     return session
 
 
@@ -116,15 +113,5 @@ def usage_step(body: dict[str, Any], payload: bytes, model: str, upstream: str, 
 
 async def _record(rt: ProxyRuntime, session: Session, step: SkillUseStep) -> None:
     step.agent = session.agent
-    await rt.spool_record(
-        {
-            "t": "step",
-            "id": step.id,
-            "traj": session.id,
-            "tenant": session.tenant_id,
-            "end_user": session.end_user,
-            "step": step.model_dump(mode="json"),
-            "at": time.time(),
-        }
-    )
+    await rt.spool_record(step_record(session, step, time.time()))
     rt.sessions.touch(session)

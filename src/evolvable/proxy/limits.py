@@ -16,6 +16,8 @@ from typing import Any
 from pydantic import BaseModel
 from starlette.types import Message, Receive
 
+from evolvable.errors import InvalidRequest, PayloadTooLarge
+
 MAX_DEPTH = 64
 """Deepest nesting of objects and arrays accepted in a request body (agent payloads stay far below)."""
 
@@ -24,7 +26,7 @@ LATEST = datetime(2200, 1, 1, tzinfo=UTC)
 """Timestamps outside this window are refused: both backends hold them, and no agent step happens outside it."""
 
 
-class InvalidInput(ValueError):
+class InvalidInput(InvalidRequest, ValueError):
     """A client payload the proxy must refuse with a 400 (message says which field and why)."""
 
 
@@ -93,7 +95,7 @@ def check_completion_body(body: dict[str, Any], endpoint: str) -> None:
     check_depth(body)
 
 
-class BodyTooLarge(Exception):
+class BodyTooLarge(PayloadTooLarge):
     """The request body exceeds the configured limit (answered 413)."""
 
     def __init__(self, limit: int) -> None:

@@ -28,7 +28,6 @@ from evolvable.protocol.models import (
     TrajectoryStarted,
     events_for,
 )
-from evolvable.proxy.app import ProxyRuntime
 from evolvable.proxy.hooks import Governor, Principal
 from evolvable.proxy.otlp_codec import (
     JSON,
@@ -39,6 +38,7 @@ from evolvable.proxy.otlp_codec import (
     encode_status,
     inflate,
 )
+from evolvable.proxy.runtime import ProxyRuntime
 from evolvable.proxy.sessions import KEY_PREFIX
 from evolvable.store import Store
 
@@ -141,7 +141,7 @@ def _link_to_stored(fragment: TraceFragment, stored: Trajectory | None) -> None:
 
 def fragment_events(fragment: TraceFragment) -> list[Event]:
     """Idempotent events: the header's only with the root span, steps and signals always."""
-    events = events_for(fragment.trajectory)
+    events: list[Event] = [*events_for(fragment.trajectory)]
     if fragment.has_root:
         return events
     return [e for e in events if not isinstance(e, TrajectoryStarted | TrajectoryEnded)]

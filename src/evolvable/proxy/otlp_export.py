@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import sqlalchemy as sa
 from fastapi import FastAPI
 from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -31,8 +30,8 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 
 from evolvable.errors import EvolvableError
 from evolvable.protocol.converters.otel import _unattrs, to_otel
-from evolvable.protocol.models import Trajectory, TrajectoryStatus
-from evolvable.store.tables.trajectories import trajectories
+from evolvable.protocol.models import Trajectory
+from evolvable.store import Store
 
 log = logging.getLogger("evolvable.proxy.otlp_export")
 TRACES_PATH = "/v1/traces"
@@ -132,7 +131,7 @@ class BackgroundExport:
 
     def __init__(
         self,
-        store: Any,
+        store: Store,
         exporter: SpanExporter,
         checkpoint: Path,
         *,
@@ -161,20 +160,8 @@ class BackgroundExport:
         os.replace(tmp, self.checkpoint)
 
     def _ended_since(self, since: datetime, sent: set[str]) -> list[tuple[str, datetime]]:
-        t = trajectories.c
-        query = (
-            sa.select(t.id, t.ended_at)
-            .where(
-                t.ended_at >= since,
-                t.ended_at < datetime.now(UTC) - timedelta(seconds=self.settle_s),
-                t.status != TrajectoryStatus.running.value,
-                t.placeholder.is_(False),
-            )
-            .order_by(t.ended_at, t.id)
-            .limit(self.batch_size + len(sent))
-        )
-        with self.store.engine.connect() as conn:
-            rows = [(r.id, r.ended_at) for r in conn.execute(query)]
+        settled = datetime.now(UTC) - timedelta(seconds=self.settle_s)
+        rows = self.store.ended_between(since, settled, self.batch_size + len(sent))
         return [r for r in rows if r[0] not in sent][: self.batch_size]
 
     def cycle(self) -> int:

@@ -17,7 +17,16 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from evolvable.errors import EvolvableError, NotFound
+from evolvable.errors import (
+    Conflict,
+    EvolvableError,
+    InvalidRequest,
+    NotFound,
+    PayloadTooLarge,
+    ResourceNotFound,
+    Unauthenticated,
+    Unavailable,
+)
 from evolvable.protocol.models import (
     SignalKind,
     Step,
@@ -25,11 +34,10 @@ from evolvable.protocol.models import (
     new_id,
     utcnow,
 )
-from evolvable.proxy.app import ProxyRuntime
 from evolvable.proxy.capture import tool_step_id
-from evolvable.proxy.errors import APIError
 from evolvable.proxy.hooks import Principal, Role, SessionContext
 from evolvable.proxy.limits import InvalidInput, check_depth, check_storable
+from evolvable.proxy.runtime import ProxyRuntime, step_record
 from evolvable.proxy.sessions import KEY_PREFIX, Session, new_session_id
 from evolvable.store import InvalidCursor, TrajectoryFilter
 from evolvable.telemetry import metrics
@@ -58,18 +66,15 @@ async def _caller(request: Request, *, allow_ended: bool = False) -> tuple[Princ
     if bearer and bearer.startswith(KEY_PREFIX):
         session = rt.sessions.cached_by_key(bearer) or await asyncio.to_thread(rt.sessions.load_by_key, bearer)
         if session is None:
-            raise APIError(401, "invalid session API key", "invalid_request_error", "invalid_api_key")
+            raise Unauthenticated("invalid session API key")
         if not await rt.minting_key_active(session) or (not session.running and not allow_ended):
-            raise APIError(
-                401,
-                "this session key is no longer valid (session ended or key revoked)",
-                "invalid_request_error",
-                "session_key_expired",
+            raise Unauthenticated(
+                "this session key is no longer valid (session ended or key revoked)", code="session_key_expired"
             )
         return Principal(tenant_id=session.tenant_id, role=Role.session, session_id=session.id), session
     principal = await rt.authenticate(bearer)
     if principal is None:
-        raise APIError(401, "invalid API key", "invalid_request_error", "invalid_api_key")
+        raise Unauthenticated("invalid API key")
     return principal, None
 
 
@@ -82,12 +87,12 @@ async def _session(request: Request, session_id: str, *, allow_ended: bool = Fal
     rt = _rt(request)
     principal, own = await _caller(request, allow_ended=allow_ended)
     if own is not None and own.id != session_id:
-        raise APIError(404, f"session {session_id} not found", "invalid_request_error", "session_not_found")
+        raise ResourceNotFound(f"session {session_id} not found", code="session_not_found")
     session = own or rt.sessions.cached_by_id(session_id)
     if session is None:
         session = await asyncio.to_thread(rt.sessions.load_by_id, session_id)
     if session is None or session.tenant_id != principal.tenant_id:
-        raise APIError(404, f"session {session_id} not found", "invalid_request_error", "session_not_found")
+        raise ResourceNotFound(f"session {session_id} not found", code="session_not_found")
     return session
 
 
@@ -131,28 +136,26 @@ class SignalsIn(BaseModel):
 async def _parse(request: Request, model: type[BaseModel]) -> Any:
     raw = await request.body()
     if len(raw) > _rt(request).config.max_body_bytes:
-        raise APIError(413, "request body too large", "invalid_request_error", "body_too_large")
+        raise PayloadTooLarge("request body too large")
     try:
         data = orjson.loads(raw) if raw else {}
     except orjson.JSONDecodeError as err:
-        raise APIError(400, f"request body is not valid JSON: {err}", "invalid_request_error", "invalid_json") from None
+        raise InvalidRequest(f"request body is not valid JSON: {err}", code="invalid_json") from None
     try:
         check_depth(data)
         parsed = model.model_validate(data)
         check_storable(parsed)
     except ValidationError as err:
-        raise APIError(400, f"invalid request: {_reasons(err)}", "invalid_request_error") from None
+        raise InvalidRequest(f"invalid request: {_reasons(err)}") from None
     except InvalidInput as err:
-        raise APIError(400, f"invalid request: {err}", "invalid_request_error") from None
+        raise InvalidRequest(f"invalid request: {err}") from None
     return parsed
 
 
 async def _capture(rt: ProxyRuntime, record: dict[str, Any]) -> None:
     """Spool a record written through the API; 503 when it cannot be (and capture fails closed)."""
     if not await rt.spool_record(record) and rt.fails_closed:
-        raise APIError(
-            503, "the write could not be recorded (capture storage unavailable)", "server_error", "capture_unavailable"
-        )
+        raise Unavailable("the write could not be recorded (capture storage unavailable)", code="capture_unavailable")
 
 
 def _reasons(err: ValidationError) -> str:
@@ -201,7 +204,7 @@ async def create_session(request: Request) -> Response:
             minted_by=principal.key_id,
         )
     except EvolvableError as err:
-        raise APIError(503, f"cannot create the session: {err}", "server_error") from None
+        raise Unavailable(f"cannot create the session: {err}") from None
     await _capture(
         rt,
         {
@@ -241,14 +244,14 @@ async def add_steps(session_id: str, request: Request) -> Response:
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as err:
-        raise APIError(400, f"request body is not valid JSON: {err}", "invalid_request_error", "invalid_json") from None
+        raise InvalidRequest(f"request body is not valid JSON: {err}", code="invalid_json") from None
     try:
         check_depth(data)
     except InvalidInput as err:
-        raise APIError(400, f"invalid step: {err}", "invalid_request_error") from None
+        raise InvalidRequest(f"invalid step: {err}") from None
     items = data.get("steps") if isinstance(data, dict) and "steps" in data else [data]
     if not isinstance(items, list) or not items:
-        raise APIError(400, "expected a step object or {'steps': [...]}", "invalid_request_error")
+        raise InvalidRequest("expected a step object or {'steps': [...]}")
     steps = []
     for item in items:
         if isinstance(item, dict) and item.get("kind") == "tool_call" and item.get("tool_call_id") and "id" not in item:
@@ -257,9 +260,9 @@ async def add_steps(session_id: str, request: Request) -> Response:
             step = _STEP.validate_python(item)
             check_storable(step, "step")
         except ValidationError as err:
-            raise APIError(400, f"invalid step: {_reasons(err)}", "invalid_request_error") from None
+            raise InvalidRequest(f"invalid step: {_reasons(err)}") from None
         except InvalidInput as err:
-            raise APIError(400, f"invalid step: {err}", "invalid_request_error") from None
+            raise InvalidRequest(f"invalid step: {err}") from None
         steps.append(step)
     for step in steps:
         step.agent = step.agent or session.agent
@@ -267,15 +270,7 @@ async def add_steps(session_id: str, request: Request) -> Response:
     for step in steps:
         await _capture(
             rt,
-            {
-                "t": "step",
-                "id": step.id,
-                "traj": session.id,
-                "tenant": session.tenant_id,
-                "end_user": session.end_user,
-                "step": step.model_dump(mode="json"),
-                "at": now,
-            },
+            step_record(session, step, now),
         )
     rt.sessions.touch(session)
     return _json({"step_ids": [s.id for s in steps]}, 201)
@@ -292,7 +287,7 @@ async def add_signals(session_id: str, request: Request) -> Response:
     records = []
     for s in spec.signals:
         if sum(x is not None for x in (s.step_id, s.tool_call_id, s.response_id)) > 1:
-            raise APIError(400, "give at most one of step_id, tool_call_id, response_id", "invalid_request_error")
+            raise InvalidRequest("give at most one of step_id, tool_call_id, response_id")
         step_id = s.step_id
         if s.tool_call_id or s.response_id:
             step_id = await asyncio.to_thread(
@@ -300,9 +295,7 @@ async def add_signals(session_id: str, request: Request) -> Response:
             )
             if step_id is None:
                 ref = f"tool_call_id {s.tool_call_id}" if s.tool_call_id else f"response_id {s.response_id}"
-                raise APIError(
-                    404, f"no step with {ref} in session {session.id}", "invalid_request_error", "step_not_found"
-                )
+                raise ResourceNotFound(f"no step with {ref} in session {session.id}", code="step_not_found")
         signal = {
             "id": new_id("sig"),
             "kind": s.kind.value,
@@ -358,17 +351,13 @@ async def end(session_id: str, request: Request) -> Response:
     session = await _session(request, session_id, allow_ended=True)
     spec: SessionEnd = await _parse(request, SessionEnd)
     if spec.status == TrajectoryStatus.running:
-        raise APIError(400, "status must be completed, failed or abandoned", "invalid_request_error")
+        raise InvalidRequest("status must be completed, failed or abandoned")
     if not session.running:
         if session.status == spec.status.value:
             return _json({"id": session.id, "status": session.status})  # the same end again: idempotent
-        raise APIError(
-            409, f"session {session.id} already ended as {session.status}", "invalid_request_error", "session_ended"
-        )
+        raise Conflict(f"session {session.id} already ended as {session.status}", code="session_ended")
     if not await end_session(rt, session, spec.status.value, spec.outcome, reason=spec.reason) and rt.fails_closed:
-        raise APIError(
-            503, "the end could not be recorded (capture storage unavailable)", "server_error", "capture_unavailable"
-        )
+        raise Unavailable("the end could not be recorded (capture storage unavailable)", code="capture_unavailable")
     return _json({"id": session.id, "status": spec.status.value})
 
 
@@ -377,12 +366,12 @@ async def get_trajectory(trajectory_id: str, request: Request) -> Response:
     rt = _rt(request)
     principal, own = await _caller(request)
     if own is not None and own.id != trajectory_id:  # a session key reads its own run only
-        raise APIError(404, f"trajectory {trajectory_id} not found", "invalid_request_error", "not_found")
+        raise ResourceNotFound(f"trajectory {trajectory_id} not found")
     await rt.flush()
     try:
         trajectory = await asyncio.to_thread(rt.store.get_trajectory, trajectory_id, principal.tenant_id)
     except NotFound:
-        raise APIError(404, f"trajectory {trajectory_id} not found", "invalid_request_error", "not_found") from None
+        raise ResourceNotFound(f"trajectory {trajectory_id} not found") from None
     return Response(trajectory.model_dump_json(), media_type="application/json")
 
 
@@ -418,7 +407,7 @@ async def list_trajectories(
     try:
         page, next_cursor = await asyncio.to_thread(rt.store.list_trajectories, f, limit, cursor)
     except InvalidCursor:
-        raise APIError(400, "invalid cursor", "invalid_request_error", "invalid_cursor") from None
+        raise InvalidRequest("invalid cursor", code="invalid_cursor") from None
     return _json({"data": [h.model_dump(mode="json") for h in page], "next_cursor": next_cursor})
 
 

@@ -16,11 +16,10 @@ from datetime import datetime
 from typing import Any
 
 import orjson
-import sqlalchemy as sa
 
 from evolvable.protocol.models import TrajectoryStatus, new_id, utcnow
 from evolvable.store import Store
-from evolvable.store.tables.proxy import proxy_sessions
+from evolvable.store.repos.sessions import Row, SessionRows, SqlSessionRows
 
 KEY_PREFIX = "evs_"
 """Session keys start with it, so a bearer token is recognized as one without a lookup."""
@@ -89,8 +88,9 @@ class SessionManager:
     """In-memory session cache in front of the `proxy_sessions` table. Safe to use from the event loop
     for cache hits; `load_*` and `create` do blocking I/O and run in a worker thread."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, rows: SessionRows | None = None) -> None:
         self.store = store
+        self.rows = rows or SqlSessionRows(store.engine)
         self._by_id: dict[str, Session] = {}
         self._by_key: dict[str, Session] = {}
 
@@ -138,60 +138,43 @@ class SessionManager:
             versions_recorded=harness_version is not None or policy_version is not None,
             minted_by=minted_by,
         )
-        with self.store.engine.begin() as conn:
-            conn.execute(
-                proxy_sessions.insert().values(
-                    id=session.id,
-                    tenant_id=tenant_id,
-                    agent=agent,
-                    key_hash=session.key_hash,
-                    task_id=task_id,
-                    end_user=end_user,
-                    harness_version=harness_version,
-                    policy_version=policy_version,
-                    status=session.status,
-                    created_at=session.created_at,
-                    minted_by=minted_by,
-                )
-            )
+        self.rows.insert(
+            {
+                "id": session.id,
+                "tenant_id": tenant_id,
+                "agent": agent,
+                "key_hash": session.key_hash,
+                "task_id": task_id,
+                "end_user": end_user,
+                "harness_version": harness_version,
+                "policy_version": policy_version,
+                "status": session.status,
+                "created_at": session.created_at,
+                "minted_by": minted_by,
+            }
+        )
         self._cache(session)
         return session, key
 
     def load_by_key(self, key: str) -> Session | None:
-        return self._load(proxy_sessions.c.key_hash == hash_key(key))
+        return self._load(self.rows.by_key_hash(hash_key(key)))
 
     def load_by_id(self, session_id: str) -> Session | None:
-        return self._load(proxy_sessions.c.id == session_id)
+        return self._load(self.rows.by_id(session_id))
 
     def load_running(self) -> int:
         """Cache every running session (after a restart), so idle timeouts keep applying to them."""
-        with self.store.engine.connect() as conn:
-            rows = conn.execute(
-                sa.select(proxy_sessions).where(proxy_sessions.c.status == TrajectoryStatus.running.value)
-            ).mappings()
-            sessions = [self._from_row(r) for r in rows]
+        sessions = [self._from_row(r) for r in self.rows.running()]
         for s in sessions:
             self._cache(s)
         return len(sessions)
 
     def mark_ended(self, session_ids: list[str], status: str, ended_at: datetime) -> None:
         """Called by the background writer when an end record was applied."""
-        if not session_ids:
-            return
-        with self.store.engine.begin() as conn:
-            conn.execute(
-                sa.update(proxy_sessions)
-                .where(proxy_sessions.c.id.in_(session_ids))
-                .values(status=status, ended_at=ended_at)
-            )
+        self.rows.set_ended(session_ids, status, ended_at)
 
     def record_versions(self, session_id: str, harness_version: str | None, policy_version: str | None) -> None:
-        with self.store.engine.begin() as conn:
-            conn.execute(
-                sa.update(proxy_sessions)
-                .where(proxy_sessions.c.id == session_id)
-                .values(harness_version=harness_version, policy_version=policy_version)
-            )
+        self.rows.set_versions(session_id, harness_version, policy_version)
 
     # ----------------------------------------------------------------- cache maintenance
 
@@ -201,12 +184,7 @@ class SessionManager:
         session.status = status
         self._by_id.pop(session.id, None)
         self._by_key.pop(session.key_hash, None)
-        with self.store.engine.begin() as conn:
-            conn.execute(
-                sa.update(proxy_sessions)
-                .where(proxy_sessions.c.id == session.id, proxy_sessions.c.status == TrajectoryStatus.running.value)
-                .values(status=status)
-            )
+        self.rows.end_running(session.id, status)
 
     def idle(self, timeout_s: float) -> list[Session]:
         cutoff = time.monotonic() - timeout_s
@@ -220,9 +198,7 @@ class SessionManager:
             self._by_id[session.id] = session
             self._by_key[session.key_hash] = session
 
-    def _load(self, where: Any) -> Session | None:
-        with self.store.engine.connect() as conn:
-            row = conn.execute(sa.select(proxy_sessions).where(where)).mappings().first()
+    def _load(self, row: Row | None) -> Session | None:
         if row is None:
             return None
         session = self._from_row(row)
@@ -240,7 +216,7 @@ class SessionManager:
         return session
 
     @staticmethod
-    def _from_row(row: Any) -> Session:
+    def _from_row(row: Row) -> Session:
         return Session(
             id=row["id"],
             tenant_id=row["tenant_id"],

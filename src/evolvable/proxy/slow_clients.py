@@ -13,9 +13,9 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from evolvable.proxy.errors import error_body
+from evolvable.http_errors import openai_error_body
 
-_TIMEOUT_BODY = error_body("request not received in time", "invalid_request_error", "request_timeout")
+_TIMEOUT_BODY = openai_error_body("request not received in time", "invalid_request_error", "request_timeout")
 _TIMEOUT_RESPONSE = (
     b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
     b"content-length: " + str(len(_TIMEOUT_BODY)).encode() + b"\r\n\r\n" + _TIMEOUT_BODY

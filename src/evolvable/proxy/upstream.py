@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from evolvable.errors import UpstreamError
+from evolvable.errors import UpstreamError, map_exceptions
 from evolvable.proxy.config import TokenCapture, UpstreamConfig
 
 
@@ -73,23 +73,30 @@ class UpstreamClient:
         timeout = self._timeouts.get(upstream.name) or aiohttp.ClientTimeout(
             total=None, connect=upstream.connect_timeout_s, sock_read=upstream.timeout_s
         )
-        try:
+        try:  # the hot path: no context manager, the translation only runs on a failure
             return await self.session.post(upstream.url(path), data=body, headers=headers, timeout=timeout)
-        except TimeoutError as err:
-            raise UpstreamError(
-                f"upstream {upstream.name} timed out: {err}", status_code=504, error_type="upstream_timeout"
-            ) from None
-        except aiohttp.ClientError as err:
-            raise UpstreamError(
-                f"upstream {upstream.name} unreachable: {err}", status_code=502, error_type="upstream_unreachable"
-            ) from None
+        except (TimeoutError, aiohttp.ClientError) as err:
+            raise _unreachable(upstream, err) from err
 
     async def get_json(self, upstream: UpstreamConfig, path: str) -> object:
         timeout = aiohttp.ClientTimeout(total=upstream.connect_timeout_s + 10)
-        try:
+
+        def failed(err: Exception) -> UpstreamError:
+            return UpstreamError(f"upstream {upstream.name} failed on {path}: {err}", status_code=502)
+
+        with map_exceptions({TimeoutError: failed, aiohttp.ClientError: failed, ValueError: failed}):
             async with self.session.get(upstream.url(path), headers=self.headers(upstream, None), timeout=timeout) as r:
                 if r.status != 200:
                     raise UpstreamError(f"upstream {upstream.name} answered {r.status} on {path}", status_code=502)
                 return await r.json(content_type=None)
-        except (TimeoutError, aiohttp.ClientError, ValueError) as err:
-            raise UpstreamError(f"upstream {upstream.name} failed on {path}: {err}", status_code=502) from None
+
+
+def _unreachable(upstream: UpstreamConfig, err: Exception) -> UpstreamError:
+    """aiohttp's failure to reach or hear from `upstream`, as the status its client should see."""
+    if isinstance(err, TimeoutError):  # before ClientError: aiohttp's timeouts are both
+        return UpstreamError(
+            f"upstream {upstream.name} timed out: {err}", status_code=504, error_type="upstream_timeout"
+        )
+    return UpstreamError(
+        f"upstream {upstream.name} unreachable: {err}", status_code=502, error_type="upstream_unreachable"
+    )

@@ -28,14 +28,13 @@ import orjson
 import sqlalchemy as sa
 
 from evolvable.errors import NotFound
-from evolvable.protocol.models import Event, LLMCallStep, utcnow
+from evolvable.protocol.models import Event, LLMCallStep, VersionsNamed, utcnow
 from evolvable.proxy.capture import Converter
 from evolvable.proxy.deadletter import DeadLetter
 from evolvable.proxy.hooks import Governor
 from evolvable.proxy.sessions import SessionManager
 from evolvable.proxy.spool import SpoolReader
 from evolvable.store import Store
-from evolvable.store.tables.trajectories import trajectories
 
 log = logging.getLogger("evolvable.proxy.writer")
 
@@ -166,7 +165,7 @@ class BackgroundWriter:
             for payload in payloads:
                 try:
                     rec = orjson.loads(payload)
-                    items.append(_Item(payload, rec, self.converter.convert(rec)))
+                    items.append(_Item(payload, rec, self.converter.convert(rec) + _versions_named(rec)))
                 except Exception as err:  # a record no fix of the store can apply: quarantined, counted
                     self._quarantine(payload, f"cannot convert: {err.__class__.__name__}: {err}")
             self._apply(items)
@@ -225,12 +224,7 @@ class BackgroundWriter:
         )
 
     def _store_healthy(self) -> bool:
-        try:
-            with self.store.engine.connect() as conn:
-                conn.execute(sa.text("SELECT 1"))
-            return True
-        except Exception:
-            return False
+        return self.store.healthy()
 
     def _after_apply(self, records: list[dict[str, Any]]) -> None:
         """Session bookkeeping that is not an ATDP event: ended sessions, versions learned at the first call."""
@@ -239,29 +233,32 @@ class BackgroundWriter:
             if rec.get("t") == "end" and rec.get("sess"):
                 ended.setdefault(rec["status"], []).append(rec["traj"])
             if rec.get("t") == "call" and rec.get("setv") and rec.get("sess"):
-                self._fill_versions(rec["traj"], rec.get("hv"), rec.get("pv"))
+                self.sessions.record_versions(rec["traj"], rec.get("hv"), rec.get("pv"))
         for status, ids in ended.items():
             self.sessions.mark_ended(ids, status, utcnow())
-
-    def _fill_versions(self, trajectory_id: str, harness_version: str | None, policy_version: str | None) -> None:
-        """The header's versions, when the rewriter first named them on a call (not at session start).
-        ATDP has no header-update event; this fills only versions still unset."""
-        t = trajectories.c
-        with self.store.engine.begin() as conn:
-            for column, value in (("harness_version", harness_version), ("policy_version", policy_version)):
-                if value is not None:
-                    conn.execute(
-                        sa.update(trajectories)
-                        .where(t.id == trajectory_id, getattr(t, column).is_(None))
-                        .values({column: value})
-                    )
-        self.sessions.record_versions(trajectory_id, harness_version, policy_version)
 
     def _stored_llm_steps(self, trajectory_id: str) -> list[LLMCallStep]:
         try:
             return self.store.get_trajectory(trajectory_id).llm_calls()
         except NotFound:
             return []
+
+
+def _versions_named(rec: dict[str, Any]) -> list[Event]:
+    """A session's versions, when the rewriter first named them on a call (not at session start): an
+    event, so the store applies it in the batch's transaction like every other change to a header."""
+    if rec.get("t") != "call" or not rec.get("setv") or not rec.get("sess"):
+        return []
+    tid = rec["traj"]
+    return [
+        VersionsNamed(
+            event_id=f"{tid}:versions:{rec['rid']}",
+            trajectory_id=tid,
+            tenant_id=rec.get("tenant", "default"),
+            harness_version=rec.get("hv"),
+            policy_version=rec.get("pv"),
+        )
+    ]
 
 
 class WriterRunner:

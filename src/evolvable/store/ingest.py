@@ -8,7 +8,8 @@ Order of work inside the transaction:
    nothing is lost when a step outruns its start (also across batches and writers);
 3. steps and signals: bulk inserts (COPY on PostgreSQL, see `pg_copy`; executemany on SQLite),
    ON CONFLICT DO NOTHING on (trajectory, step/signal id);
-4. `trajectory_ended` events, in order (the last one wins; metadata merges).
+4. `versions_named` events: fill the header versions still unset;
+5. `trajectory_ended` events, in order (the last one wins; metadata merges).
 
 Steps and signals after the end are accepted (late feedback). Events for a
 trajectory that was purged are dropped: the ledger remembers its event ids.
@@ -32,6 +33,7 @@ from evolvable.protocol.models import (
     TrajectoryEnded,
     TrajectoryStarted,
     TrajectoryStatus,
+    VersionsNamed,
     utcnow,
 )
 from evolvable.store import pg_copy, sqlite_bulk
@@ -39,7 +41,7 @@ from evolvable.store.rows import header_row, signal_row, step_row
 from evolvable.store.tables.trajectories import applied_events, signals, steps, trajectories
 from evolvable.store.tables.types import UTCDateTime
 
-AnyEvent = TrajectoryStarted | StepAppended | SignalAttached | TrajectoryEnded
+AnyEvent = TrajectoryStarted | StepAppended | SignalAttached | TrajectoryEnded | VersionsNamed
 CHUNK = 2000
 COPY_MIN_ROWS = 32
 """From this many rows on, PostgreSQL inserts go through COPY (see `pg_copy`)."""
@@ -68,12 +70,20 @@ def _statements(dialect: str) -> dict[str, Any]:
         "insert_signals": insert(signals).on_conflict_do_nothing(),
         "insert_trajectories": insert(trajectories).on_conflict_do_nothing(),
         "insert_headers": insert(trajectories).on_conflict_do_nothing().returning(t.id),
-        "existing": sa.select(t.id, t.tenant_id, t.placeholder, t.status, t.ended_at, t.header).where(t.id.in_(ids)),
+        "existing": sa.select(
+            t.id, t.tenant_id, t.placeholder, t.status, t.ended_at, t.header, t.harness_version, t.policy_version
+        ).where(t.id.in_(ids)),
         "purged": sa.select(ledger.trajectory_id).where(ledger.trajectory_id.in_(ids), ~row_exists).distinct(),
         "headers": sa.select(t.id, t.header).where(t.id.in_(ids)),
         "end": sa.update(trajectories)
         .where(t.id == sa.bindparam("b_id"))
         .values(status=sa.bindparam("b_status"), ended_at=sa.bindparam("b_ended_at"), header=sa.bindparam("b_header")),
+        "versions": sa.update(trajectories)
+        .where(t.id == sa.bindparam("b_id"))
+        .values(
+            harness_version=sa.func.coalesce(t.harness_version, sa.bindparam("b_harness", type_=sa.String)),
+            policy_version=sa.func.coalesce(t.policy_version, sa.bindparam("b_policy", type_=sa.String)),
+        ),
     }
 
 
@@ -115,6 +125,7 @@ def apply(conn: sa.Connection, events: Sequence[AnyEvent]) -> int:
     _insert_new(conn, steps, step_rows)
     signal_rows = [signal_row(e.trajectory_id, e.signal) for e in new if isinstance(e, SignalAttached)]
     _insert_new(conn, signals, signal_rows)
+    _write_versions(conn, [e for e in new if isinstance(e, VersionsNamed)])
     _write_ends(conn, [e for e in ends if e.trajectory_id not in ended_on_insert])
     return len(new)
 
@@ -243,6 +254,9 @@ def _fill_placeholder(conn: sa.Connection, row: sa.Row[Any], start: TrajectorySt
     values = header_row(start.header)
     if row.status != TrajectoryStatus.running.value:  # the end event came before the start
         values["status"], values["ended_at"] = row.status, row.ended_at
+    for name in ("harness_version", "policy_version"):  # named by a versions event before the start
+        if values[name] is None:
+            values[name] = row._mapping[name]
     values["header"]["metadata"] = {**values["header"].get("metadata", {}), **row.header.get("metadata", {})}
     values.pop("id")
     conn.execute(sa.update(trajectories).where(trajectories.c.id == row.id).values(**values))
@@ -269,6 +283,17 @@ def _write_placeholders(conn: sa.Connection, orphans: Sequence[AnyEvent]) -> Non
         for tid, e in sorted(first.items())
     ]
     conn.execute(_statements(conn.dialect.name)["insert_trajectories"], rows)
+
+
+def _write_versions(conn: sa.Connection, named: Sequence[VersionsNamed]) -> None:
+    """Versions first named after the start: each fills only a version the header still lacks."""
+    rows = [
+        {"b_id": e.trajectory_id, "b_harness": e.harness_version, "b_policy": e.policy_version}
+        for e in named
+        if e.harness_version is not None or e.policy_version is not None
+    ]
+    if rows:
+        conn.execute(_statements(conn.dialect.name)["versions"], rows)
 
 
 def _write_ends(conn: sa.Connection, ends: Sequence[TrajectoryEnded]) -> None:

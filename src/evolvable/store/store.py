@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 from pydantic import TypeAdapter, ValidationError
 
 from evolvable.errors import NotFound, ProtocolError, StoreError
-from evolvable.protocol.models import Event, Trajectory, TrajectoryHeader, events_for
+from evolvable.protocol.models import Event, Trajectory, TrajectoryHeader, TrajectoryStatus, events_for
 from evolvable.store import ingest, migrate
 from evolvable.store.engine import WRITE_OPTIONS, create_engine, redacted
 from evolvable.store.filters import TrajectoryFilter, decode_cursor, encode_cursor
@@ -54,6 +55,15 @@ class Store:
 
     def close(self) -> None:
         self.engine.dispose()
+
+    def healthy(self) -> bool:
+        """Whether the database answers now (a writer tells an outage from a bad record by it)."""
+        try:
+            with self.engine.connect() as conn:
+                conn.execute(sa.text("select 1"))
+            return True
+        except Exception:
+            return False
 
     def __enter__(self) -> Store:
         return self
@@ -185,6 +195,27 @@ class Store:
             position = (headers[-1]["started_at"], headers[-1]["id"])
             if len(headers) < batch_size:
                 return
+
+    def ended_between(self, since: datetime, before: datetime, limit: int) -> list[tuple[str, datetime]]:
+        """(id, ended_at) of runs that ended in [since, before), oldest first (placeholders never count)."""
+        query = (
+            sa.select(_T.id, _T.ended_at)
+            .where(
+                _T.ended_at >= since,
+                _T.ended_at < before,
+                _T.status != TrajectoryStatus.running.value,
+                _T.placeholder.is_(False),
+            )
+            .order_by(_T.ended_at, _T.id)
+            .limit(limit)
+        )
+        with self.engine.connect() as conn:
+            return [(r.id, r.ended_at) for r in conn.execute(query)]
+
+    def schema_revision(self) -> str | None:
+        """The migration the database is at (None: never migrated)."""
+        with self.engine.connect() as conn:
+            return migrate.current_revision(conn)
 
     def count(self, f: TrajectoryFilter) -> int:
         with self.engine.connect() as conn:

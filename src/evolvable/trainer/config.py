@@ -7,13 +7,11 @@ Unknown keys are errors, so a typo in a config file never silently trains with a
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from evolvable.config_file import read_config_file
 from evolvable.errors import TrainingError
 
 __all__ = ["RLConfig"]
@@ -186,15 +184,7 @@ class RLConfig:
     def from_file(cls, path: str | Path, **overrides: Any) -> RLConfig:
         """Read YAML (.yaml/.yml) or TOML (.toml); keys may sit at the top or under a `train` table."""
         path = Path(path)
-        try:
-            text = path.read_text()
-        except OSError as err:
-            raise TrainingError(f"cannot read config {path}: {err}") from None
-        try:
-            data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
-        except (tomllib.TOMLDecodeError, yaml.YAMLError) as err:
-            raise TrainingError(f"config {path} is not valid {path.suffix.lstrip('.') or 'YAML'}: {err}") from None
-        data = data or {}
+        data = read_config_file(path, TrainingError) or {}
         if not isinstance(data, dict):
             raise TrainingError(f"config {path} must be a mapping of keys to values")
         if isinstance(data.get("train"), dict):

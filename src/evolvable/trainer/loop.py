@@ -26,6 +26,7 @@ import os
 import random
 import shutil
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -283,30 +284,11 @@ def train_on_samples(
     resume_dir: Path | None = None,
 ) -> tuple[Any, dict[str, float]]:
     """Train a LoRA adapter on prepared samples; returns (prepared model, summary metrics)."""
-    import torch
     from accelerate.utils import set_seed
-
-    from evolvable.trainer.loss import decoupled_ppo_loss
 
     set_seed(config.seed)
     out = Path(config.output_dir)
-    model = _with_adapter(load_policy_model(config), config)
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(trainable, lr=config.lr, weight_decay=config.weight_decay)
-    model, optimizer = accelerator.prepare(model, optimizer)
-    unwrapped = accelerator.unwrap_model(model)
-    trainable_names = {name for name, p in model.named_parameters() if p.requires_grad}
-
-    def keep_only_adapter(models: list[torch.nn.Module], weights: list[dict[str, torch.Tensor]], _dir: str) -> None:
-        # Checkpoints hold the adapter, not a copy of the frozen base model.
-        for i, state in enumerate(weights):
-            weights[i] = {k: v for k, v in state.items() if k in trainable_names}
-
-    accelerator.register_save_state_pre_hook(keep_only_adapter)
-    accelerator.register_for_checkpointing(job_state)
-    if resume_dir is not None:
-        accelerator.load_state(str(resume_dir), strict=False)
-
+    model, optimizer, trainable = _prepare_training(config, accelerator, job_state, resume_dir)
     rank, world = accelerator.process_index, accelerator.num_processes
     plan = _iteration_plan(len(samples), config, world)
     steps_per_iteration = [
@@ -321,6 +303,11 @@ def train_on_samples(
     progress, task = _progress(accelerator, config, total=sum(steps_per_iteration))
     if progress is not None and task is not None:
         progress.update(task, completed=sum(steps_per_iteration[: job_state.iteration]))
+
+    def advance() -> None:
+        if progress is not None and task is not None:
+            progress.advance(task)
+
     with progress or nullcontext():
         for iteration in range(job_state.iteration, len(plan)):
             iteration_start = time.perf_counter()
@@ -330,117 +317,22 @@ def train_on_samples(
                 _collate(share[i : i + config.micro_batch_size], accelerator.device)
                 for i in range(0, len(share), config.micro_batch_size)
             ]
-            # 1. Proximal (and reference) logprobs under the policy as it is now, without gradient.
             # Before the first update the policy is the one that sampled on-policy data: the recorded
             # behaviour logprobs are the proximal ones, when the job says its data is on-policy.
-            on_policy = config.proximal_from_behaviour and iteration == 0
-            model.eval()
-            with torch.no_grad():
-                for batch in micro:
-                    if on_policy:
-                        batch["proximal_logprobs"] = batch["behaviour_logprobs"]
-                    else:
-                        batch["proximal_logprobs"] = _sequence_logprobs(model, batch, config.temperature)
-                    if config.kl_coef > 0:
-                        with unwrapped.disable_adapter():
-                            batch["ref_logprobs"] = _sequence_logprobs(model, batch, config.temperature)
+            _fill_proximal_logprobs(
+                model, accelerator, micro, config, config.proximal_from_behaviour and iteration == 0
+            )
             model.train()
-            # 2. PPO epochs over the iteration's sequences, grad_accum micro-batches per optimizer step.
+            # PPO epochs over the iteration's sequences, grad_accum micro-batches per optimizer step.
             for _ in range(config.ppo_epochs):
                 for first in range(0, len(micro), config.grad_accum_steps):
                     group = micro[first : first + config.grad_accum_steps]
-                    local = torch.tensor(
-                        [
-                            sum(float(b["loss_mask"].sum()) for b in group),
-                            sum(float(b["attention_mask"].sum()) for b in group),
-                        ],
-                        device=accelerator.device,
-                        dtype=torch.float64,
-                    )
-                    generated_tokens, sequence_tokens = accelerator.reduce(local, reduction="sum").tolist()
-                    # DDP averages gradients over processes and accelerate divides by grad_accum_steps;
-                    # this normaliser undoes both so the step's loss is a mean over its generated tokens.
-                    normaliser = max(generated_tokens, 1.0) / (world * config.grad_accum_steps)
-                    sums = torch.zeros(7, device=accelerator.device, dtype=torch.float64)
-                    for batch in group:
-                        with accelerator.accumulate(model):
-                            entropy: list[torch.Tensor] = []
-                            forking = config.forking_token_fraction < 1.0
-                            logprobs = _sequence_logprobs(
-                                model, batch, config.temperature, entropy if forking else None
-                            )
-                            token_weights = batch["token_weights"]
-                            if forking:
-                                selected = forking_token_weights(
-                                    entropy[0], batch["loss_mask"], config.forking_token_fraction
-                                )
-                                token_weights = token_weights * selected
-                            result = decoupled_ppo_loss(
-                                logprobs,
-                                batch["proximal_logprobs"],
-                                batch["behaviour_logprobs"],
-                                batch["advantages"],
-                                batch["loss_mask"],
-                                clip_eps=config.clip_eps,
-                                clip_eps_high=config.clip_eps_high,
-                                behaviour_cap=config.behaviour_cap,
-                                ref_logprobs=batch.get("ref_logprobs"),
-                                kl_coef=config.kl_coef,
-                                token_weights=token_weights,
-                                normaliser=normaliser,
-                            )
-                            loss = result.loss
-                            if not loss.requires_grad:
-                                # No generated token in this micro-batch: a zero loss still touches every
-                                # trainable weight, so DDP ranks stay in step and backward has a graph.
-                                loss = loss + sum(p.sum() for p in trainable) * 0.0
-                            accelerator.backward(loss)
-                            if accelerator.sync_gradients and config.max_grad_norm > 0:
-                                accelerator.clip_grad_norm_(trainable, config.max_grad_norm)
-                            optimizer.step()
-                            optimizer.zero_grad()
-                        sums += torch.tensor(
-                            [
-                                float(result.loss.detach()) * normaliser,
-                                result.policy_loss_sum,
-                                result.kl_ref_sum,
-                                result.clipped_tokens,
-                                result.approx_kl_sum,
-                                result.behaviour_weight_sum,
-                                result.capped_tokens,
-                            ],
-                            dtype=torch.float64,
-                            device=accelerator.device,
-                        )
-                        if progress is not None and task is not None:
-                            progress.advance(task)
-                    sums = accelerator.reduce(sums, reduction="sum")
-                    job_state.optimizer_steps += 1
-                    every = config.snapshot_interval
-                    if every > 0 and job_state.optimizer_steps % every == 0:
-                        _save_adapter(accelerator, model, _snapshot_dir(out, job_state.optimizer_steps))
-                    job_state.tokens += int(sequence_tokens)
-                    n = max(generated_tokens, 1.0)
-                    elapsed = time.perf_counter() - started
-                    record = {
-                        "step": job_state.optimizer_steps,
-                        "iteration": iteration,
-                        "loss": float(sums[0]) / n,
-                        "policy_loss": float(sums[1]) / n,
-                        "kl_ref": float(sums[2]) / n,
-                        "clip_fraction": float(sums[3]) / n,
-                        "approx_kl": float(sums[4]) / n,
-                        "behaviour_weight": float(sums[5]) / n,
-                        "capped_fraction": float(sums[6]) / n,
-                        "generated_tokens": int(generated_tokens),
-                        "tokens": int(sequence_tokens),
-                        "tokens_per_s": job_state.tokens / elapsed if elapsed > 0 else 0.0,
-                        "lr": config.lr,
-                    }
+                    terms = _optimizer_step(model, optimizer, trainable, accelerator, group, config, advance)
+                    record = _account_step(accelerator, model, job_state, terms, config, iteration, started)
                     totals["steps"] += 1
                     for key in ("loss", "clip_fraction", "approx_kl"):
                         totals[key] += record[key]
-                    totals["tokens"] += sequence_tokens
+                    totals["tokens"] += record["tokens"]
                     if accelerator.is_main_process:
                         observe_training_step(record)
                         with metrics_path.open("a") as handle:
@@ -463,6 +355,177 @@ def train_on_samples(
     }
     _write_rank_report(out, accelerator, model, sorted(seen - {"padding"}))
     return model, summary
+
+
+def _prepare_training(
+    config: RLConfig, accelerator: Accelerator, job_state: JobState, resume_dir: Path | None
+) -> tuple[Any, Any, list[Any]]:
+    """(model with a fresh or resumed adapter, optimizer, trainable parameters), prepared by `accelerator`;
+    checkpoints hold the adapter and the job state, not a copy of the frozen base model."""
+    import torch
+
+    model = _with_adapter(load_policy_model(config), config)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=config.lr, weight_decay=config.weight_decay)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    trainable_names = {name for name, p in model.named_parameters() if p.requires_grad}
+
+    def keep_only_adapter(models: list[Any], weights: list[dict[str, Any]], _dir: str) -> None:
+        for i, state in enumerate(weights):
+            weights[i] = {k: v for k, v in state.items() if k in trainable_names}
+
+    accelerator.register_save_state_pre_hook(keep_only_adapter)
+    accelerator.register_for_checkpointing(job_state)
+    if resume_dir is not None:
+        accelerator.load_state(str(resume_dir), strict=False)
+    return model, optimizer, trainable
+
+
+def _fill_proximal_logprobs(
+    model: Any, accelerator: Accelerator, micro: list[dict[str, torch.Tensor]], config: RLConfig, on_policy: bool
+) -> None:
+    """Proximal (and reference) logprobs under the policy as it is now, without gradient."""
+    import torch
+
+    model.eval()
+    with torch.no_grad():
+        for batch in micro:
+            if on_policy:
+                batch["proximal_logprobs"] = batch["behaviour_logprobs"]
+            else:
+                batch["proximal_logprobs"] = _sequence_logprobs(model, batch, config.temperature)
+            if config.kl_coef > 0:
+                with accelerator.unwrap_model(model).disable_adapter():
+                    batch["ref_logprobs"] = _sequence_logprobs(model, batch, config.temperature)
+
+
+def _optimizer_step(
+    model: Any,
+    optimizer: Any,
+    trainable: list[Any],
+    accelerator: Accelerator,
+    group: list[dict[str, torch.Tensor]],
+    config: RLConfig,
+    advance: Callable[[], None],
+) -> dict[str, Any]:
+    """One optimizer step over `group`'s micro-batches; the step's loss terms, per generated token over
+    every rank, and its token counts."""
+    import torch
+
+    local = torch.tensor(
+        [sum(float(b["loss_mask"].sum()) for b in group), sum(float(b["attention_mask"].sum()) for b in group)],
+        device=accelerator.device,
+        dtype=torch.float64,
+    )
+    generated_tokens, sequence_tokens = accelerator.reduce(local, reduction="sum").tolist()
+    # DDP averages gradients over processes and accelerate divides by grad_accum_steps;
+    # this normaliser undoes both so the step's loss is a mean over its generated tokens.
+    normaliser = max(generated_tokens, 1.0) / (accelerator.num_processes * config.grad_accum_steps)
+    sums = torch.zeros(7, device=accelerator.device, dtype=torch.float64)
+    for batch in group:
+        sums += _micro_batch_backward(model, optimizer, trainable, accelerator, batch, config, normaliser)
+        advance()
+    sums = accelerator.reduce(sums, reduction="sum")
+    n = max(generated_tokens, 1.0)
+    return {
+        "loss": float(sums[0]) / n,
+        "policy_loss": float(sums[1]) / n,
+        "kl_ref": float(sums[2]) / n,
+        "clip_fraction": float(sums[3]) / n,
+        "approx_kl": float(sums[4]) / n,
+        "behaviour_weight": float(sums[5]) / n,
+        "capped_fraction": float(sums[6]) / n,
+        "generated_tokens": int(generated_tokens),
+        "tokens": int(sequence_tokens),
+    }
+
+
+def _micro_batch_backward(
+    model: Any,
+    optimizer: Any,
+    trainable: list[Any],
+    accelerator: Accelerator,
+    batch: dict[str, torch.Tensor],
+    config: RLConfig,
+    normaliser: float,
+) -> torch.Tensor:
+    """Loss and backward for one micro-batch (the optimizer steps when accelerate syncs); returns its
+    loss terms as sums: loss, policy loss, KL to the reference, clipped, approx KL, behaviour weight, capped."""
+    import torch
+
+    from evolvable.trainer.loss import decoupled_ppo_loss
+
+    with accelerator.accumulate(model):
+        entropy: list[torch.Tensor] = []
+        forking = config.forking_token_fraction < 1.0
+        logprobs = _sequence_logprobs(model, batch, config.temperature, entropy if forking else None)
+        token_weights = batch["token_weights"]
+        if forking:
+            selected = forking_token_weights(entropy[0], batch["loss_mask"], config.forking_token_fraction)
+            token_weights = token_weights * selected
+        result = decoupled_ppo_loss(
+            logprobs,
+            batch["proximal_logprobs"],
+            batch["behaviour_logprobs"],
+            batch["advantages"],
+            batch["loss_mask"],
+            clip_eps=config.clip_eps,
+            clip_eps_high=config.clip_eps_high,
+            behaviour_cap=config.behaviour_cap,
+            ref_logprobs=batch.get("ref_logprobs"),
+            kl_coef=config.kl_coef,
+            token_weights=token_weights,
+            normaliser=normaliser,
+        )
+        loss = result.loss
+        if not loss.requires_grad:
+            # No generated token in this micro-batch: a zero loss still touches every
+            # trainable weight, so DDP ranks stay in step and backward has a graph.
+            loss = loss + sum(p.sum() for p in trainable) * 0.0
+        accelerator.backward(loss)
+        if accelerator.sync_gradients and config.max_grad_norm > 0:
+            accelerator.clip_grad_norm_(trainable, config.max_grad_norm)
+        optimizer.step()
+        optimizer.zero_grad()
+    return torch.tensor(
+        [
+            float(result.loss.detach()) * normaliser,
+            result.policy_loss_sum,
+            result.kl_ref_sum,
+            result.clipped_tokens,
+            result.approx_kl_sum,
+            result.behaviour_weight_sum,
+            result.capped_tokens,
+        ],
+        dtype=torch.float64,
+        device=accelerator.device,
+    )
+
+
+def _account_step(
+    accelerator: Accelerator,
+    model: Any,
+    job_state: JobState,
+    terms: dict[str, Any],
+    config: RLConfig,
+    iteration: int,
+    started: float,
+) -> dict[str, Any]:
+    """Count the step on the job (snapshotting the adapter every `snapshot_interval` steps); the step's
+    line of metrics.jsonl."""
+    job_state.optimizer_steps += 1
+    every = config.snapshot_interval
+    if every > 0 and job_state.optimizer_steps % every == 0:
+        _save_adapter(accelerator, model, _snapshot_dir(Path(config.output_dir), job_state.optimizer_steps))
+    job_state.tokens += terms["tokens"]
+    elapsed = time.perf_counter() - started
+    return {
+        "step": job_state.optimizer_steps,
+        "iteration": iteration,
+        **terms,
+        "tokens_per_s": job_state.tokens / elapsed if elapsed > 0 else 0.0,
+        "lr": config.lr,
+    }
 
 
 def _write_rank_report(out: Path, accelerator: Accelerator, model: Any, sample_ids: list[str]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from evolvable.control.decision import Proposal
-from evolvable.control.evolvers import EvolveContext, HarnessCandidate, LeverUnavailable
+from evolvable.control.evolvers.base import EvolveContext, HarnessCandidate, LeverUnavailable
 from evolvable.control.exploration import explorer_of
 from evolvable.control.models import Lever
 from evolvable.control.statistics import RunSummary, task_text_of

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from evolvable.control.decision import Proposal
-from evolvable.control.evolvers import EvolveContext, HarnessCandidate, LeverUnavailable
+from evolvable.control.evolvers.base import EvolveContext, HarnessCandidate, LeverUnavailable
 from evolvable.control.evolvers.pareto import cluster_rates, parent_for, pareto_front
 from evolvable.control.evolvers.playbook import Playbook
 from evolvable.control.model_call import chat

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from evolvable.control.decision import Proposal
-from evolvable.control.evolvers import EvolveContext, HarnessCandidate, LeverUnavailable
+from evolvable.control.evolvers.base import EvolveContext, HarnessCandidate, LeverUnavailable
 from evolvable.control.models import Lever
 from evolvable.errors import NotFound
 from evolvable.protocol.models import StepStatus

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evolvable.control.decision import Proposal
-from evolvable.control.evolvers import EvolveContext, LeverUnavailable, PolicyCandidate
+from evolvable.control.evolvers.base import EvolveContext, LeverUnavailable, PolicyCandidate
 from evolvable.control.models import Lever, PolicySpec
 from evolvable.control.snapshot_gate import SnapshotGateConfig, SnapshotVerdict, gate_snapshots
 

@@ -5,15 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from evolvable.errors import HTTPError
 from evolvable.proxy.config import UpstreamConfig
 
 
-class WireError(Exception):
-    """A request the protocol rejects; rendered in the protocol's own error shape."""
+class WireError(HTTPError):
+    """A request the protocol rejects, with the offending `param`; rendered in the protocol's own shape."""
 
-    def __init__(self, status: int, message: str, code: str = "invalid_request_error", param: str | None = None):
-        super().__init__(message)
-        self.status, self.message, self.code, self.param = status, message, code, param
+    def __init__(
+        self, status: int, message: str, code: str = "invalid_request_error", param: str | None = None
+    ) -> None:
+        super().__init__(message, status=status, code=code, param=param)
 
 
 def require(condition: bool, message: str, param: str | None = None) -> None:

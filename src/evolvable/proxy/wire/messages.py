@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from evolvable.proxy.wire.base import WireError, WireRequest, require, require_dict, require_list
+from evolvable.proxy.wire.base import WireCall, WireError, WireRequest, require, require_dict, require_list
 from evolvable.proxy.wire.sse import AssistantTurn, ChatDeltas, SSEDecoder, as_dict, frame
 
 PROTOCOL = "messages"
@@ -382,3 +382,23 @@ class StreamTranslator:
 
 def count_tokens_reply(count: int) -> bytes:
     return orjson.dumps({"input_tokens": count})
+
+
+def anthropic_headers(upstream_headers: dict[str, str], extra: dict[str, str]) -> dict[str, str]:
+    """Anthropic upstreams authenticate with `x-api-key` and want `anthropic-version`."""
+    out = {"anthropic-version": extra.get("anthropic-version", DEFAULT_VERSION)}
+    auth = upstream_headers.get("Authorization", "")
+    if auth.startswith("Bearer "):
+        out["x-api-key"] = auth[7:]
+    return out
+
+
+def native_headers(call: WireCall, base: dict[str, str]) -> dict[str, str]:
+    """Headers for a native pass-through: the client's protocol headers, and Anthropic's auth."""
+    if call.protocol == PROTOCOL:
+        return {
+            **base,
+            **{k: v for k, v in call.extra_headers.items() if k != "anthropic-version"},
+            **anthropic_headers(base, call.extra_headers),
+        }
+    return {**base, **call.extra_headers}

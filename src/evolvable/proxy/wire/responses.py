@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from evolvable.proxy.errors import error_body
+from evolvable.http_errors import openai_error_body
 from evolvable.proxy.wire.base import WireError, WireRequest, require, require_list
 from evolvable.proxy.wire.sse import AssistantTurn, ChatDeltas, SSEDecoder, frame
 
@@ -28,7 +28,7 @@ _SAMPLING = {"temperature": "temperature", "top_p": "top_p", "parallel_tool_call
 def render_error(status: int, message: str, code: str = "invalid_request_error", param: str | None = None) -> bytes:
     """The Responses API's error body is OpenAI's: `{"error": {message, type, code, param}}`."""
     error_type = "invalid_request_error" if status < 500 else "server_error"
-    return error_body(message, error_type, code, param)
+    return openai_error_body(message, error_type, code, param)
 
 
 def rewrap_error(status: int, raw: bytes) -> bytes:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from evolvable.store.tables import metadata
+from evolvable.store.tables.base import metadata
 
 control_clusterers = sa.Table(
     "control_clusterers",

@@ -2,7 +2,7 @@
 
 Keys are stored as SHA-256 digests only (see docs/governance.md for why not scrypt). The audit log
 has no update or delete path in code, and a trigger on both SQLite and PostgreSQL rejects UPDATE and
-DELETE (installed by `evolvable.governance.schema.ensure_governance_schema`). Dataset items hold a
+DELETE (installed by migration 0002, the only schema authority). Dataset items hold a
 copy of each trajectory so a snapshot stays immutable while late signals change the store; purges
 delete those copies too.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from evolvable.store.tables import metadata
+from evolvable.store.tables.base import metadata
 from evolvable.store.tables.types import AutoIncrementBigInt, JSONDocument, UTCDateTime
 
 tenants = sa.Table(

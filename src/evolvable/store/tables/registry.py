@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from evolvable.store.tables import metadata
+from evolvable.store.tables.base import metadata
 
 registry_versions = sa.Table(
     "registry_versions",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from evolvable.store.tables import metadata
+from evolvable.store.tables.base import metadata
 from evolvable.store.tables.types import AutoIncrementBigInt, JSONDocument, UTCDateTime
 
 trajectories = sa.Table(

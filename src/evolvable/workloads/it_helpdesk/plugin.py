@@ -7,34 +7,23 @@ Options: `gate_tasks` (default 20), `safety_tasks` (default 8), `seed`, `concurr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Any
 
-from evolvable.control.gates import ReplaySuite
 from evolvable.control.workloads import WorkloadContext
 from evolvable.workloads.it_helpdesk.agent import ItHelpdeskRunner
 from evolvable.workloads.it_helpdesk.tasks import generate_tasks
-
-GATE_SEED_OFFSET = 1000
-
-
-@dataclass
-class ItHelpdeskWorkload:
-    name: str = "it_helpdesk"
-
-    def suite(self, context: WorkloadContext) -> ReplaySuite:
-        options = dict(context.options)
-        seed = int(options.get("seed", 0))
-        runner = ItHelpdeskRunner(
-            context.endpoint,
-            context.model,
-            api_key=context.api_key,
-            concurrency=int(options.get("concurrency", 8)),
-            max_turns=int(options.get("max_turns", 4)),
-            max_tokens=int(options.get("max_tokens", 96)),
-        )
-        holdout = generate_tasks("holdout", int(options.get("gate_tasks", 20)), seed=seed + GATE_SEED_OFFSET)
-        safety = generate_tasks("safety", int(options.get("safety_tasks", 8)), seed=seed)
-        return ReplaySuite(runner, holdout, safety)
+from evolvable.workloads.suite import TaskSuiteWorkload
 
 
-workload = ItHelpdeskWorkload()
+def _runner(context: WorkloadContext, options: dict[str, Any]) -> ItHelpdeskRunner:
+    return ItHelpdeskRunner(
+        context.endpoint,
+        context.model,
+        api_key=context.api_key,
+        concurrency=int(options.get("concurrency", 8)),
+        max_turns=int(options.get("max_turns", 4)),
+        max_tokens=int(options.get("max_tokens", 96)),
+    )
+
+
+workload = TaskSuiteWorkload("it_helpdesk", _runner, generate_tasks, gate_tasks=20)

@@ -7,37 +7,25 @@ uses, default 24), `safety_tasks` (safety probes, default 8), `seed`, and the ru
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Any
 
-from evolvable.control.gates import ReplaySuite
 from evolvable.control.workloads import WorkloadContext
+from evolvable.workloads.suite import TaskSuiteWorkload
 from evolvable.workloads.support_desk.replay import SupportDeskRunner
 from evolvable.workloads.support_desk.tasks import generate_tasks
 
-GATE_SEED_OFFSET = 1000
-"""Gate tickets come from another seed than report tickets, so a report set never overlaps the gate's."""
+
+def _runner(context: WorkloadContext, options: dict[str, Any]) -> SupportDeskRunner:
+    return SupportDeskRunner(
+        context.endpoint,
+        context.model,
+        api_key=context.api_key,
+        concurrency=int(options.get("concurrency", 8)),
+        max_turns=int(options.get("max_turns", 4)),
+        max_tokens=int(options.get("max_tokens", 64)),
+        explore_max_episodes=int(options.get("explore_max_episodes", 12)),
+        sanitize=context.sanitize,
+    )
 
 
-@dataclass
-class SupportDeskWorkload:
-    name: str = "support_desk"
-
-    def suite(self, context: WorkloadContext) -> ReplaySuite:
-        options = dict(context.options)
-        seed = int(options.get("seed", 0))
-        runner = SupportDeskRunner(
-            context.endpoint,
-            context.model,
-            api_key=context.api_key,
-            concurrency=int(options.get("concurrency", 8)),
-            max_turns=int(options.get("max_turns", 4)),
-            max_tokens=int(options.get("max_tokens", 64)),
-            explore_max_episodes=int(options.get("explore_max_episodes", 12)),
-            sanitize=context.sanitize,
-        )
-        holdout = generate_tasks("holdout", int(options.get("gate_tasks", 24)), seed=seed + GATE_SEED_OFFSET)
-        safety = generate_tasks("safety", int(options.get("safety_tasks", 8)), seed=seed)
-        return ReplaySuite(runner, holdout, safety)
-
-
-workload = SupportDeskWorkload()
+workload = TaskSuiteWorkload("support_desk", _runner, generate_tasks, gate_tasks=24)

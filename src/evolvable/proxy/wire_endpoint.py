@@ -16,18 +16,19 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
-from starlette.types import Message, Receive, Send
+from starlette.types import Send
 
-from evolvable.errors import EvolvableError
-from evolvable.proxy.completions import CompletionsEndpoint, RequestRejected
+from evolvable.errors import EvolvableError, HTTPError
+from evolvable.proxy.completions import CompletionsEndpoint
 from evolvable.proxy.config import UpstreamConfig
+from evolvable.proxy.limits import replay
+from evolvable.proxy.response_history import ResponseHistory
 from evolvable.proxy.wire import messages, messages_native, responses, responses_native
 from evolvable.proxy.wire.base import NativeCodec, WireCall, WireError, WireRequest
-from evolvable.proxy.wire.history import ResponseHistory
 from evolvable.proxy.wire.sse import AssistantTurn
 
 if TYPE_CHECKING:
-    from evolvable.proxy.app import ProxyRuntime
+    from evolvable.proxy.runtime import ProxyRuntime
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -123,20 +124,16 @@ class WireEndpoint:
         headers = edge_headers(scope["headers"])
         try:
             request = await self._request(scope, receive, adapter, headers)
-        except WireError as err:
+        except HTTPError as err:  # a WireError, or the hot path's refusal, in the protocol's own shape
             return await _send_json(
-                send, err.status, adapter.render_error(err.status, err.message, err.code, err.param)
-            )
-        except RequestRejected as rej:
-            return await _send_json(
-                send, rej.status, adapter.render_error(rej.status, rej.message, rej.code or rej.error_type)
+                send, err.status, adapter.render_error(err.status, err.message, err.code or err.error_type, err.param)
             )
         call = WireCall(adapter.protocol, adapter.native_path, request, adapter.normaliser, id_prefix=adapter.id_prefix)
         call.extra_headers = _forwarded_headers(headers)
         body = orjson.dumps(request.chat)
         relay = _Relay(send, adapter, request, call, time.perf_counter() - t_start)
         inner_scope = {**scope, "headers": headers, "evolvable.wire": call}
-        await self.hot_path(inner_scope, _one_shot(body, receive), relay, "chat")
+        await self.hot_path(inner_scope, replay(body, receive), relay, "chat")
         if kind == "responses" and relay.turn is not None and relay.answered and request.store:
             owner = (call.tenant_id or "default", call.session_id)
             self.history.remember(relay.wire_id, owner, responses.conversation(request, relay.turn.message()))
@@ -191,10 +188,8 @@ class WireEndpoint:
             request = messages.parse(await self._read_json(scope, receive), counting=True)
             _, _, forward = await self.hot_path._identify(dict(headers))
             status, payload = await self._count(request, forward, _forwarded_headers(headers))
-        except WireError as err:
+        except HTTPError as err:
             status, payload = err.status, render(err.status, err.message)
-        except RequestRejected as rej:
-            status, payload = rej.status, render(rej.status, rej.message)
         await _send_json(send, status, payload)
 
     async def _count(self, request: WireRequest, forward: str | None, extra: dict[str, str]) -> tuple[int, bytes]:
@@ -205,7 +200,7 @@ class WireEndpoint:
         headers = self.rt.upstream.headers(upstream, forward)
         attempts: list[tuple[str, dict[str, Any]]] = []
         if "messages" in upstream.protocols:
-            headers = {**headers, **_anthropic_headers(headers, extra)}
+            headers = {**headers, **messages.anthropic_headers(headers, extra)}
             attempts.append((messages.COUNT_PATH, {**request.native, "model": served}))
         chat = {**request.chat, "model": served}
         attempts.append(("/tokenize", {k: chat[k] for k in ("model", "messages", "tools") if k in chat}))
@@ -248,40 +243,6 @@ _FORWARDED = (b"anthropic-version", b"anthropic-beta", b"openai-beta")
 def _forwarded_headers(headers: Headers) -> dict[str, str]:
     """Protocol headers a native upstream needs from the client."""
     return {k.decode(): v.decode("latin-1") for k, v in headers if k in _FORWARDED}
-
-
-def _anthropic_headers(upstream_headers: dict[str, str], extra: dict[str, str]) -> dict[str, str]:
-    """Anthropic upstreams authenticate with `x-api-key` and want `anthropic-version`."""
-    out = {"anthropic-version": extra.get("anthropic-version", messages.DEFAULT_VERSION)}
-    auth = upstream_headers.get("Authorization", "")
-    if auth.startswith("Bearer "):
-        out["x-api-key"] = auth[7:]
-    return out
-
-
-def upstream_headers(call: WireCall, base: dict[str, str]) -> dict[str, str]:
-    """Headers for a native pass-through: the client's protocol headers, and Anthropic's auth."""
-    if call.protocol == messages.PROTOCOL:
-        return {
-            **base,
-            **{k: v for k, v in call.extra_headers.items() if k != "anthropic-version"},
-            **_anthropic_headers(base, call.extra_headers),
-        }
-    return {**base, **call.extra_headers}
-
-
-def _one_shot(body: bytes, receive: Receive) -> Receive:
-    """`receive` for the hot path: the translated body first, then the client's own messages (disconnects)."""
-    sent = False
-
-    async def inner() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return inner
 
 
 class _Relay:

@@ -18,7 +18,7 @@ from evolvable.proxy.capture import llm_step_id
 from evolvable.proxy.wire.responses import ID_PREFIX, PROTOCOL
 
 if TYPE_CHECKING:
-    from evolvable.proxy.app import ProxyRuntime
+    from evolvable.proxy.runtime import ProxyRuntime
 
 Owner = tuple[str, str | None]
 """(tenant id, session id or None): only the same owner may continue a response."""

@@ -1,0 +1,92 @@
+"""Seams the layers rely on, checked on the source and on real processes: library code leaves the
+process environment alone, benchmarks call the product (never the tests), and the policy server is
+spawned through its own module entry."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from evolvable.errors import EvolvableError
+from evolvable.policy_server.launcher import policy_server
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "evolvable"
+
+
+def _environ_writes(tree: ast.AST) -> list[int]:
+    """Lines that assign, update or delete `os.environ` entries, or call `os.putenv`."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store | ast.Del):
+            target = ast.unparse(node.value)
+            if target.endswith("environ"):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Call):
+            name = ast.unparse(node.func)
+            if name in ("os.putenv", "os.unsetenv") or (
+                name.split(".")[-2:-1] == ["environ"] and name.rsplit(".", 1)[-1] in ("setdefault", "update", "pop")
+            ):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_only_entry_points_write_the_process_environment() -> None:
+    offenders = []
+    for path in sorted(SRC.rglob("*.py")):
+        relative = path.relative_to(SRC)
+        if relative.parts[0] == "cli" or relative.name == "__main__.py":
+            continue  # entry points may set process-wide defaults before heavy imports
+        offenders += [f"{relative}:{line}" for line in _environ_writes(ast.parse(path.read_text()))]
+    assert offenders == [], f"library code writes os.environ (pass env to subprocesses instead): {offenders}"
+
+
+def test_the_environment_check_finds_a_write() -> None:
+    code = "import os\nos.environ['A'] = '1'\nos.environ.setdefault('B', '2')\ndel os.environ['A']\n"
+    assert _environ_writes(ast.parse(code)) == [2, 3, 4]
+
+
+def test_benchmarks_do_not_import_the_tests() -> None:
+    offenders = []
+    for path in sorted((ROOT / "benchmarks").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            offenders += [f"{path.name}:{node.lineno}" for n in names if n == "tests" or n.startswith("tests.")]
+    assert offenders == []
+
+
+def test_the_policy_server_module_entry_refuses_bad_arguments_with_a_message() -> None:
+    bad = subprocess.run(
+        [sys.executable, "-m", "evolvable.policy_server", "--lora", "no-equals-sign"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode == 2 and "--lora expects NAME=PATH" in bad.stderr
+    usage = subprocess.run(
+        [sys.executable, "-m", "evolvable.policy_server", "--max-batch", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert usage.returncode == 2 and "--max-batch must be >= 1" in usage.stderr
+
+
+def test_the_launcher_spawns_the_module_entry_and_reports_its_exit(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    with (
+        pytest.raises(EvolvableError, match="exited with code 2"),
+        policy_server(log_path=log, startup_s=120, extra_args=["--lora", "broken"]),
+    ):
+        pass
+    assert "error: --lora expects NAME=PATH, got 'broken'" in log.read_text()
