@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evolvable.telemetry import metrics
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp, Receive, Send
 
 UPSTREAM_SCOPE_KEY = "evolvable.upstream"
 """The hot path stores the name of the upstream it called here, for the request counter's label."""
@@ -66,7 +69,7 @@ def _series_for(route: str, protocol: str, status: str, upstream: str) -> tuple[
     return found
 
 
-async def observed(app: Any, scope: dict[str, Any], receive: Any, send: Any) -> None:
+async def observed(app: ASGIApp, scope: dict[str, Any], receive: Receive, send: Send) -> None:
     """Run `app` on one HTTP request and record its count, status, latency and added overhead."""
     started = time.perf_counter()
     seen: list[Any] = [0, None]  # status, overhead header
