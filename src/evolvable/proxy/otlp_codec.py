@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from google.protobuf.json_format import MessageToDict  # type: ignore[import-untyped]
-from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
-from google.rpc import status_pb2  # type: ignore[import-untyped]
+from google.protobuf.json_format import MessageToDict
+from google.protobuf.message import DecodeError
+from google.rpc import status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,

@@ -94,4 +94,5 @@ def assemble(
     head = orjson.dumps(header_fields(header))
     bodies = ",".join(text for _, text in step_rows)
     document = b"".join((head[:-1], b',"steps":[', bodies.encode(), b'],"signals":[', ",".join(kept).encode(), b"]}"))
-    return _TRAJECTORY_FROM_JSON.validate_json(document)  # type: ignore[no-any-return]
+    trajectory: Trajectory = _TRAJECTORY_FROM_JSON.validate_json(document)  # (pydantic-core returns Any)
+    return trajectory
