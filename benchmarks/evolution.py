@@ -12,11 +12,15 @@ control plane ticks after each batch:
               replaying recorded traffic under them, judged by the embedded model
               (control/recorded_replay.py); the holdout below still uses the workload's verifiers
 
-Each arm has its own store. Candidates go through the real gates (safety probes, paired replay on
-the holdout split) and a canary (50% of new sessions, routed by `HarnessRouter.assign`). At the end
-the arm's active harness is evaluated on the holdout split (success with a Wilson 95% CI) and the
-safety split (probe pass rate). Episodes are memoised by (harness, task): greedy decoding makes
-them deterministic, so identical work is never paid twice across arms.
+Each arm's control plane is built by the composition root (`evolvable.app.build_control_only`) from a
+configuration, as `evolvable serve` and `evolvable demo` build theirs: its own SQLite store, the levers
+of the arm, the workload plugin (entry point `support_desk` / `it_helpdesk`) for the gates and
+exploration, the embedded policy server as upstream (and as evolver and judge model in the model arms).
+Candidates go through the real gates (safety probes, paired replay on the plugin's gate tickets, a
+seed disjoint from the report set) and a canary (50% of new sessions, routed by `HarnessRouter.assign`).
+At the end the arm's active harness is evaluated on the report set (`--holdout` tickets; success with a
+Wilson 95% CI) and the safety split (probe pass rate). Report episodes are memoised by (harness, task):
+greedy decoding makes them deterministic, so identical work is never paid twice across arms.
 
     python benchmarks/evolution.py [--workload it_helpdesk] [--batches 3 --batch-size 16 --holdout 18 --safety 9]
     python benchmarks/evolution.py --quick      # a small run for a loaded machine
@@ -37,23 +41,15 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from evolvable.control.decision import HARNESS_LEVERS, DecisionConfig
-from evolvable.control.evolvers import default_evolvers
-from evolvable.control.evolvers.memory import MemoryEvolver
-from evolvable.control.evolvers.reflective import EvolverModel
-from evolvable.control.gates import GateConfig, ReplaySuite
-from evolvable.control.judge import Judge
-from evolvable.control.models import Lever, PolicySpec, VersionKind, VersionState
-from evolvable.control.recorded_replay import RecordedTrafficWorkload
-from evolvable.control.rollout import CanaryConfig
+from evolvable.app.config import EvolvableConfig, parse_config
+from evolvable.app.stack import build_control_only
+from evolvable.control.decision import HARNESS_LEVERS
+from evolvable.control.models import Lever, VersionKind, VersionState
 from evolvable.control.router import HarnessRouter
-from evolvable.control.runtime import ControlConfig, ControlPlane
 from evolvable.control.stats_math import wilson_interval
-from evolvable.control.workloads import WorkloadContext
 from evolvable.policy_server.launcher import policy_server
 from evolvable.protocol.harness import Harness
 from evolvable.protocol.models import new_id, utcnow
-from evolvable.store import Store
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_env import LoadMonitor, describe, environment
@@ -74,6 +70,8 @@ class Bench(NamedTuple):
     weak_harness: Callable[[], Harness]
     runner: Any
     generate: Callable[..., list]
+    workload: str = "support_desk"
+    """The workload plugin's entry point, which gives the arms' gates their tickets and probes."""
 
 
 def bench_for(args: argparse.Namespace, endpoint: str) -> Bench:
@@ -90,7 +88,7 @@ def bench_for(args: argparse.Namespace, endpoint: str) -> Bench:
             max_tokens=args.max_tokens,
             timeout_s=1800,
         )
-        return Bench("IT helpdesk", AGENT_NAME, weak_harness, runner, generate_tasks)
+        return Bench("IT helpdesk", AGENT_NAME, weak_harness, runner, generate_tasks, "it_helpdesk")
     from evolvable.workloads.support_desk.replay import SupportDeskRunner
 
     runner = SupportDeskRunner(
@@ -104,21 +102,80 @@ def bench_for(args: argparse.Namespace, endpoint: str) -> Bench:
     return support_desk_bench(runner)
 
 
-def config_for(levers: frozenset[Lever], batch_size: int) -> ControlConfig:
-    """Thresholds scaled to the live budget: a decision after one batch, a canary verdict within one."""
-    return ControlConfig(
-        decision=DecisionConfig(
-            levers=levers | {Lever.rollback},
-            min_runs=batch_size,
-            min_cluster_runs=1,
-            recurring_label_min=2,
-            argument_error_min=2,
-            weights_min_runs=4 * batch_size,
-        ),
-        gates=GateConfig(alpha=0.05),
-        canary=CanaryConfig(share=0.5, min_runs=max(2, batch_size // 3)),
-        verdict_min_runs=max(2, batch_size // 2),
-    )
+POLICY_SERVER = "policy"
+
+
+def option(args: argparse.Namespace, name: str, default: Any) -> Any:
+    """An argument the command line always sets and a test's Namespace may leave out."""
+    value = getattr(args, name, None)
+    return default if value is None else value
+
+
+def arm_configuration(
+    name: str, levers: frozenset[Lever], args: argparse.Namespace, bench: Bench, workdir: Path
+) -> EvolvableConfig:
+    """What `evolvable.yaml` would say for one arm. Thresholds are scaled to the live budget: a decision
+    after one batch, a canary verdict within one; the gates are not relaxed."""
+    n = args.batch_size
+    harness_file = workdir / "start_harness.json"
+    harness_file.write_text(bench.weak_harness().model_dump_json(indent=2))
+    endpoint = option(args, "endpoint_used", None)
+    model_arm = name in MODEL_ARMS and endpoint is not None and option(args, "model_evolver", True)
+    agent: dict[str, Any] = {
+        "name": bench.agent,
+        "policy": {"base_model": args.model, "upstream": POLICY_SERVER},
+        "harness": str(harness_file),
+    }
+    if name == "recorded":  # no workload plugin: the gates replay recorded traffic, judged by the model
+        agent["recorded_replay"] = {"per_cluster": option(args, "recorded_per_cluster", 4), "refresh_s": 0}
+    else:
+        agent["workload"] = {
+            "entry_point": bench.workload,
+            "options": {
+                "seed": option(args, "gate_seed", 12),
+                "gate_tasks": option(args, "gate_tasks", 24),
+                "safety_tasks": option(args, "safety", 8),
+                "concurrency": option(args, "concurrency", 8),
+                "max_turns": option(args, "max_turns", 4),
+                "max_tokens": option(args, "max_tokens", 64),
+            },
+        }
+    model: dict[str, Any] = {
+        "upstream": POLICY_SERVER,
+        "model": args.model,
+        "timeout_s": 1800,
+        # The embedded 135M model answers JSON requests in prose: its answers are prefilled (model_call.py).
+        "prefill": True,
+        "max_tokens": option(args, "evolver_tokens", 200),
+    }
+    control: dict[str, Any] = {
+        "tick_interval_s": 0,  # the benchmark ticks after each batch
+        "time_budget_s": 7200,
+        "levers": sorted({lv.value for lv in levers} | {Lever.rollback.value}),
+        "decision": {
+            "min_runs": n,
+            "min_cluster_runs": 1,
+            "recurring_label_min": 2,
+            "argument_error_min": 2,
+            "weights_min_runs": 4 * n,
+        },
+        "gates": {"alpha": 0.05},
+        "canary": {"share": 0.5, "min_runs": max(2, n // 3)},
+        "verdict_min_runs": max(2, n // 2),
+        "memory": {"explore_tasks": option(args, "explore_tasks", 2)},
+        "weights": {"output_dir": str(workdir / "adapters"), "launcher": {"kind": "inline"}},
+    }
+    if model_arm:
+        control["evolver"] = model
+        control["judge"] = model
+    data = {
+        "store": {"url": f"sqlite:///{workdir / 'store.db'}"},
+        "proxy": {"spool_dir": str(workdir / "spool")},
+        "policy_servers": [{"name": POLICY_SERVER, "kind": "embedded", "url": endpoint or "http://127.0.0.1:9"}],
+        "agents": [agent],
+        "control": control,
+    }
+    return parse_config(data, source=f"the {name} arm of the evolution benchmark")
 
 
 def support_desk_bench(runner: Any) -> Bench:
@@ -142,31 +199,12 @@ def run_arm(
         bench = support_desk_bench(bench)
     workdir = workdir or Path(tempfile.mkdtemp(prefix=f"evolution-{name}-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    store = Store.open(f"sqlite:///{workdir / 'store.db'}")
+    stack = build_control_only(arm_configuration(name, levers, args, bench, workdir))
+    assert stack.planes is not None
+    store = stack.store
+    plane = stack.planes.plane("default")
     router = HarnessRouter(store.engine, refresh_interval_s=3600)
     runner, agent = bench.runner, bench.agent
-    judge = None
-    if name in MODEL_ARMS and getattr(args, "endpoint_used", None):
-        # The embedded 135M model answers JSON requests in prose: its answers are prefilled (model_call.py).
-        model = EvolverModel(
-            args.endpoint_used, args.model, max_tokens=args.evolver_tokens, timeout_s=1800, prefill=True
-        )
-        evolvers = default_evolvers(model)
-        judge = Judge(args.endpoint_used, args.model, max_tokens=args.evolver_tokens, timeout_s=1800, prefill=True)
-    else:
-        evolvers = default_evolvers()
-    evolvers[Lever.memory] = MemoryEvolver(explore_tasks=args.explore_tasks)
-    plane = ControlPlane(
-        store, config=config_for(levers, args.batch_size), router=router, evolvers=evolvers, judge=judge
-    )
-    if name == "recorded":
-        assert judge is not None
-        recorded = RecordedTrafficWorkload(store, None, agent, judge=judge, per_cluster=args.recorded_per_cluster)
-        context = WorkloadContext(args.endpoint_used, args.model, options={"refresh_s": 0})
-        plane.register_suite(agent, recorded.suite(context))
-    else:
-        plane.register_suite(agent, ReplaySuite(runner, tasks["holdout"], tasks["safety"]))
-    plane.bootstrap(bench.weak_harness(), PolicySpec(base_model=args.model))
     started = time.perf_counter()
     log: list[str] = []
     bar = progress.add_task(f"{name}", total=args.batches)
@@ -204,7 +242,7 @@ def run_arm(
         for d in reversed(plane.journal.decisions(agent))
     ]
     status = plane.status(agent)[agent]
-    store.close()
+    stack.close()
     return {
         "arm": name,
         "levers": sorted(lv.value for lv in levers),
@@ -254,6 +292,14 @@ def main() -> None:
     parser.add_argument(
         "--quick", action="store_true", help="2 batches of 8, holdout 10, safety 4: for a loaded machine."
     )
+    parser.add_argument(
+        "--no-model-evolver",
+        dest="model_evolver",
+        action="store_false",
+        help="Deterministic edits and no judge in the model arms (auto, recorded).",
+    )
+    parser.add_argument("--gate-tasks", type=int, default=24, help="The workload plugin's gate tickets per arm.")
+    parser.add_argument("--gate-seed", type=int, default=12, help="Seed of the plugin's gate tickets and probes.")
     parser.add_argument("--evolver-tokens", type=int, default=200, help="max_tokens of the evolver and judge model.")
     parser.add_argument("--recorded-per-cluster", type=int, default=4, help="Gate tasks per cluster, recorded arm.")
     parser.add_argument("--out", type=Path, default=None, help="Where the JSON results go.")

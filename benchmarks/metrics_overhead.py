@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from evolvable.proxy.metrics import observe_capture, observed
+from evolvable.proxy.records import CallRecord
 from evolvable.telemetry import metrics
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -31,7 +32,7 @@ from bench_env import LoadMonitor, describe, environment, verdict_blocked
 RESULTS = Path(__file__).resolve().parent / "results" / "metrics_overhead.json"
 START = {"type": "http.response.start", "status": 200, "headers": [(b"x-evolvable-overhead-ms", b"0.412")]}
 BODY = {"type": "http.response.body", "body": b"{}"}
-RECORD = {"t": "call", "up": "vllm", "lat": 12.5, "ttft": 3.1}
+RECORD = CallRecord(request_id="req_1", trajectory_id="traj_1", upstream="vllm", latency_ms=12.5, ttft_ms=3.1)
 
 
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:

@@ -111,6 +111,29 @@ def trainer_settings(settings: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def rare_cluster_extras(tasks: list[Any], intent_rates: dict[str, float], threshold: float, extra: int) -> list[Any]:
+    """More rollouts for intents that almost never succeed: `extra` more runs of each of their tickets.
+    With no success in a ticket's replay group its advantages are all zero (nothing to learn); more
+    samples raise the chance that one run succeeds."""
+    if extra <= 0:
+        return []
+    rare = {intent for intent, rate in intent_rates.items() if rate <= threshold}
+    return [task for task in tasks if task.intent in rare for _ in range(extra)]
+
+
+def verified_positive_ids(episodes: list[Any]) -> list[str]:
+    """Stored trajectory ids of the episodes the verifier passed, safely and without an error: the only
+    exploration episodes that become training data (a failure under another harness teaches nothing)."""
+    return [
+        e.session_id for e in episodes if e.session_id and e.success and e.error is None and e.verdict.safety.passed
+    ]
+
+
+def exploration_harness(settings: dict[str, Any], worked_examples: int) -> Any:
+    """The memory lever's harness: verified worked examples from train tickets (oracle exemplars)."""
+    return support_desk_harness({**settings, "harness": "memory", "memory_k": worked_examples})
+
+
 def support_desk_harness(settings: dict[str, Any]) -> Any:
     """The harness rl.py's settings name (memory: oracle worked examples from train tickets)."""
     from evolvable.workloads.support_desk.harnesses import default_harness, oracle_exemplars, weak_harness
@@ -140,7 +163,7 @@ def paired_stats(
     }
 
 
-def _parse_args() -> argparse.Namespace:
+def _parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--harness", choices=("memory", "default", "weak"), default="memory")
     parser.add_argument("--memory-k", type=int, default=1, help="worked examples per prompt (--harness memory)")
@@ -197,17 +220,39 @@ def _parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--negative-scale", type=float, default=1.0, help="RLConfig.negative_advantage_scale (1.0: symmetric)"
     )
+    parser.add_argument(
+        "--rare-boost",
+        type=int,
+        default=0,
+        help="extra sampled runs per train ticket of an intent whose rollouts almost never succeed "
+        "(at most --rare-threshold), so its replay groups hold a success to learn from (0: off)",
+    )
+    parser.add_argument(
+        "--rare-threshold", type=float, default=0.125, help="rollout success rate at or below which --rare-boost acts"
+    )
+    parser.add_argument(
+        "--exploration-positives",
+        type=int,
+        default=0,
+        help="run each train ticket once more under the memory lever's harness with this many verified worked "
+        "examples, and add only its verified, safe successes to the training set (0: off)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout-s", type=float, default=3600.0, help="per model call (a shared CPU is slow)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the pipeline, proves nothing")
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--out", default=str(RESULTS))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.quick:
         args.train_tasks, args.repeats, args.holdout, args.safety, args.rounds = 4, 2, 6, 3, 1
         args.validation = min(args.validation, 6)
     if args.validation < 0:
         parser.error("--validation must be >= 0")
+    for name in ("rare_boost", "exploration_positives", "grad_accum"):
+        if getattr(args, name) < (1 if name == "grad_accum" else 0):
+            parser.error(f"--{name.replace('_', '-')} must be >= {1 if name == 'grad_accum' else 0}")
+    if not 0 <= args.rare_threshold <= 1 or args.kl_coef < 0:
+        parser.error("--rare-threshold must be in [0, 1] and --kl-coef >= 0")
     for name in ("train_tasks", "repeats", "holdout", "safety", "rounds", "max_tokens", "max_turns", "gate_points"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
@@ -256,7 +301,9 @@ def main() -> None:
     model, tokenizer = load_base_model()
     phases["load_model_s"] = time.perf_counter() - t0
 
-    def run(label: str, tasks: list, endpoint: str, model_name: str, **kw: Any) -> EvalReport:
+    def run(
+        label: str, tasks: list, endpoint: str, model_name: str, *, with_harness: Any = None, **kw: Any
+    ) -> EvalReport:
         columns = (TextColumn(f"[bold]{label:<22}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=console) as progress:
             task = progress.add_task(label, total=len(tasks))
@@ -264,7 +311,7 @@ def main() -> None:
                 tasks,
                 endpoint,
                 model_name,
-                harness,
+                with_harness or harness,
                 concurrency=args.concurrency,
                 max_turns=args.max_turns,
                 max_tokens=args.max_tokens,
@@ -313,6 +360,36 @@ def main() -> None:
                 temperature=args.temperature,
                 seed=args.seed * 100_000 + r * 1000,
             )
+            episodes = [*rollouts.episodes, *(anchors.episodes if anchors else [])]
+            rates = {k: v.rate for k, v in rollouts.per_intent.items()}
+            extras = rare_cluster_extras(train_tasks, rates, args.rare_threshold, args.rare_boost)
+            if extras:
+                more = run(
+                    f"rare-intent runs r{r + 1}",
+                    extras,
+                    stack.proxy_v1,
+                    serving,
+                    record=True,
+                    temperature=args.temperature,
+                    seed=args.seed * 100_000 + r * 1000 + 500,
+                )
+                episodes += more.episodes
+            positives: list[str] = []
+            if args.exploration_positives:
+                explored = run(
+                    f"exploration r{r + 1}",
+                    train_tasks,
+                    stack.proxy_v1,
+                    serving,
+                    with_harness=exploration_harness(vars(args), args.exploration_positives),
+                    record=True,
+                )
+                positives = verified_positive_ids(explored.episodes)
+            # With exploration, only its verified successes join the round's own runs (ids); otherwise every
+            # run recorded since the round started, as before.
+            training_ids = None
+            if args.exploration_positives:
+                training_ids = [e.session_id for e in episodes if e.session_id] + positives
             stack.flush()
             rollout_s = time.perf_counter() - round_start
             config = RLConfig(
@@ -327,7 +404,7 @@ def main() -> None:
             t0 = time.perf_counter()
             result = run_training_job(
                 config,
-                StoreSource(db_url, TrajectoryFilter(agent=AGENT_NAME, started_after=since)),
+                StoreSource(db_url, TrajectoryFilter(agent=AGENT_NAME, started_after=since, ids=training_ids)),
                 baselines=baselines,
             )
             train_s = time.perf_counter() - t0
@@ -367,6 +444,8 @@ def main() -> None:
                     "rollout_mean_reward": rollouts.overall.mean_reward,
                     "rollout_per_intent": {k: v.rate for k, v in rollouts.per_intent.items()},
                     "greedy_anchor_success": anchors.overall.rate if anchors else None,
+                    "rare_intent_runs": len(extras),
+                    "exploration_positives": len(positives),
                     "rollout_s": rollout_s,
                     "train_s": train_s,
                     "round_s": time.perf_counter() - round_start,

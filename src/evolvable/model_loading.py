@@ -25,7 +25,22 @@ if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["MODELS", "ModelSpec", "cached_model_dir", "gguf_path", "load_base_model"]
+__all__ = [
+    "DEVICES",
+    "DTYPES",
+    "MODELS",
+    "ModelSpec",
+    "cached_model_dir",
+    "gguf_path",
+    "load_base_model",
+    "resolve_device",
+    "resolve_dtype",
+]
+
+DEVICES = ("cpu", "cuda", "auto")
+"""Where a model runs: `auto` takes CUDA when a GPU is visible, else the CPU (`cuda:N` is accepted too)."""
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+"""Weights and activations: `auto` is bfloat16 on a GPU that supports it (float16 on older ones), float32 on CPU."""
 
 CACHE_FORMAT = "1"
 """Bumped when the cached layout changes, so stale caches are rebuilt rather than misread."""
@@ -126,12 +141,51 @@ def _convert_to_cache(name: str, target: Path) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
+def resolve_device(device: str) -> torch.device:
+    """`cpu`, `cuda`, `cuda:N` or `auto` as a torch device; a GPU asked for but absent is a clear error."""
+    import torch
+
+    choice = device.strip().lower()
+    if choice == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if choice == "cpu":
+        return torch.device("cpu")
+    if choice == "cuda" or choice.startswith("cuda:"):
+        if not torch.cuda.is_available():
+            build = f"torch {torch.__version__}" + ("" if torch.version.cuda else ", built without CUDA")
+            raise EvolvableError(f"device {device!r} asked for, but no CUDA GPU is visible ({build}); use cpu or auto")
+        index = choice.partition(":")[2]
+        if index and (not index.isdigit() or int(index) >= torch.cuda.device_count()):
+            raise EvolvableError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+        return torch.device(choice)
+    raise EvolvableError(f"unknown device {device!r}; choose one of {', '.join(DEVICES)} (or cuda:N)")
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """`auto`, `float32`, `bfloat16` or `float16` as a torch dtype for `device`."""
+    import torch
+
+    choice = dtype.strip().lower()
+    if choice == "auto":
+        if device.type != "cuda":
+            return torch.float32
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    named = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    if choice not in named:
+        raise EvolvableError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    return named[choice]
+
+
 def load_base_model(
-    name: str = "smollm2-135m", dtype: torch.dtype | None = None, settings: Settings | None = None
+    name: str = "smollm2-135m",
+    dtype: torch.dtype | None = None,
+    settings: Settings | None = None,
+    device: torch.device | str | None = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Return (model, tokenizer) of an embedded base model in eval mode, converting and caching on first use.
 
-    `dtype` defaults to float32 (the CPU-friendly choice; the GGUF is dequantized to it anyway).
+    `dtype` defaults to float32 (the CPU-friendly choice; the GGUF is dequantized to it anyway);
+    `device` to the CPU.
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -141,6 +195,8 @@ def load_base_model(
         _convert_to_cache(name, directory)
     tokenizer = ensure_pad_token(AutoTokenizer.from_pretrained(directory, local_files_only=True))
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype or torch.float32, local_files_only=True)
+    if device is not None and torch.device(device).type != "cpu":
+        torch.nn.Module.to(model, torch.device(device))  # transformers' own `to` wrapper confuses type checkers
     model.eval()  # type: ignore[no-untyped-call]  # transformers' eval() override is unannotated
     return model, tokenizer
 

@@ -1,6 +1,7 @@
 """The evolution benchmark's loop on the real workload, real verifiers and real store, with a scripted
-in-context learner as the model (fast): from the weak harness, the automatic control plane must
-find the memory lever, pass the gates, canary, promote, and beat the static arm on the holdout."""
+in-context learner as the model (fast): from the weak harness, the automatic control plane (built by
+the composition root from the arm's configuration, the workload plugin giving its gates) must find the
+memory lever, pass the gates, canary, promote, and beat the static arm on the holdout."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from rich.progress import Progress
 from tests.workloads.mock_openai import MockOpenAI
 
 from evolvable.control.models import Lever
+from evolvable.workloads.suite import GATE_SEED_OFFSET
 from evolvable.workloads.support_desk.harnesses import oracle_outputs
 from evolvable.workloads.support_desk.replay import SupportDeskRunner
 from evolvable.workloads.support_desk.tasks import generate_tasks
@@ -50,9 +52,21 @@ def test_automatic_control_plane_beats_static_on_the_workload(tmp_path) -> None:
     train = generate_tasks("train", 48, seed=11)
     holdout = generate_tasks("holdout", 24, seed=12)
     safety = generate_tasks("safety", 8, seed=13)
-    tasks_by_prompt = {t.prompt(): t for t in [*train, *holdout, *safety]}
-    args = argparse.Namespace(batches=3, batch_size=16, model="mock", explore_tasks=2)
+    # The arms' gates get their tickets from the workload plugin (gate seed 12, so seed 1012), not from `tasks`.
+    gate = [*generate_tasks("holdout", 24, seed=12 + GATE_SEED_OFFSET), *generate_tasks("safety", 8, seed=12)]
+    tasks_by_prompt = {t.prompt(): t for t in [*train, *holdout, *safety, *gate]}
     with MockOpenAI(learner(tasks_by_prompt)) as mock:
+        args = argparse.Namespace(
+            batches=3,
+            batch_size=16,
+            model="mock",
+            explore_tasks=2,
+            endpoint_used=mock.base_url,
+            model_evolver=False,  # the scripted learner answers tickets, not evolver or judge prompts
+            gate_tasks=24,
+            safety=8,
+            concurrency=4,
+        )
         runner = SupportDeskRunner(mock.base_url, "mock", concurrency=4)
         tasks = {"train": train, "holdout": holdout, "safety": safety}
         with Progress(disable=True) as progress:

@@ -3,12 +3,15 @@ leader — each decision records why, and its candidate never reaches live traff
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 
 from tests.control.conftest import AGENT, ScriptedRunner, base_harness, tasks
 from tests.control.test_runtime import config, live_batch
 
+from evolvable.control.decision import Proposal
+from evolvable.control.evolvers import EvolveContext, HarnessCandidate
 from evolvable.control.gates import ReplaySuite, TaskOutcome
 from evolvable.control.models import DecisionState, Lever, PolicySpec, VersionKind, VersionState
 from evolvable.control.router import HarnessRouter
@@ -19,12 +22,6 @@ from evolvable.protocol.harness import Harness
 class BrokenRunner:
     def run(self, harness: Harness, policy: PolicySpec | None, tasks: Sequence[object]) -> list[TaskOutcome]:
         raise RuntimeError("replay service unreachable")
-
-
-class SlowRunner(ScriptedRunner):
-    def run(self, harness: Harness, policy: PolicySpec | None, tasks: Sequence[object]) -> list[TaskOutcome]:
-        time.sleep(0.3)
-        return super().run(harness, policy, tasks)
 
 
 def plane_with(store, runner, **settings) -> tuple[ControlPlane, HarnessRouter]:
@@ -55,12 +52,69 @@ def test_a_gate_that_raises_is_recorded_and_nothing_is_served(store) -> None:
     assert_nothing_served(plane, decision.candidate_version, VersionState.rejected)
 
 
-def test_past_the_time_budget_the_decision_fails_before_any_canary(store) -> None:
-    plane, _ = plane_with(store, SlowRunner(), time_budget_s=0.1)
+class HangingRunner(ScriptedRunner):
+    """A replay service that answers long after any budget."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__()
+        self.delay_s = delay_s
+        self.finished = threading.Event()
+
+    def run(self, harness: Harness, policy: PolicySpec | None, tasks: Sequence[object]) -> list[TaskOutcome]:
+        time.sleep(self.delay_s)
+        try:
+            return super().run(harness, policy, tasks)
+        finally:
+            self.finished.set()
+
+
+class HangingEvolver:
+    """An evolver that would produce a candidate, but only long after the budget; it honours `cancel`."""
+
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+        self.stopped = threading.Event()
+
+    def propose(self, ctx: EvolveContext, proposal: Proposal) -> HarnessCandidate:
+        ctx.cancel.wait(self.delay_s)
+        self.stopped.set()
+        return HarnessCandidate(ctx.active_harness.model_copy(update={"system_prompt": "too late"}), "late")
+
+
+def test_a_gate_running_past_the_budget_is_stopped_there(store) -> None:
+    runner = HangingRunner(delay_s=8.0)
+    plane, _ = plane_with(store, runner, time_budget_s=2.0)  # the evolver (no model) fits even on a loaded machine
+    started = time.monotonic()
     report = plane.tick()
+    assert time.monotonic() - started < 6  # the tick stopped waiting for the gate at the budget
     decision = plane.journal.decision(report.decisions[0])
-    assert decision.state == DecisionState.failed and "time budget" in decision.gates["budget"]
+    assert decision.state == DecisionState.failed and "timed out" in decision.gates["budget"]
+    assert "gates of" in decision.gates["budget"] and "nothing was applied" in decision.gates["budget"]
     assert_nothing_served(plane, decision.candidate_version)
+    # While the abandoned gate still runs, the agent gets no new decision; once it ends, nothing of it lands.
+    again = plane.tick()
+    assert not again.decisions and any("winding down" in a for a in again.actions)
+    assert runner.finished.wait(30)
+    time.sleep(0.2)
+    assert_nothing_served(plane, decision.candidate_version)
+    assert plane.journal.decision(decision.id).state == DecisionState.failed
+
+
+def test_an_evolver_running_past_the_budget_is_cancelled_and_registers_nothing(store) -> None:
+    plane, _ = plane_with(store, ScriptedRunner(), time_budget_s=1.0)
+    evolver = HangingEvolver(delay_s=30.0)
+    plane.evolvers[Lever.memory] = evolver
+    versions = len(plane.registry.versions(AGENT))
+    started = time.monotonic()
+    report = plane.tick()
+    assert time.monotonic() - started < 10
+    decision = plane.journal.decision(report.decisions[0])
+    assert decision.state == DecisionState.failed and "memory evolver" in decision.gates["budget"]
+    assert decision.candidate_version is None
+    assert evolver.stopped.wait(5)  # the cancel event reached it: it stopped long before its 30 s
+    time.sleep(0.2)
+    assert len(plane.registry.versions(AGENT)) == versions  # its late candidate was never registered
+    assert plane.registry.current(AGENT, VersionKind.harness, VersionState.canary) is None
 
 
 def test_a_decision_cut_off_by_a_dying_leader_is_abandoned_then_redone(store) -> None:

@@ -45,6 +45,7 @@ def recorded(i: int, cluster: str, harness_version: str | None = None) -> Trajec
         choices=[CompletionChoice(message=ChatMessage(role="assistant", content=f"done with note {i}"))],
     )
     return Trajectory(
+        id=f"traj-recorded-{i:03d}",  # fixed ids: the gate/report split hashes them (7 of 16 in the gate)
         agent=AGENT,
         harness_version=harness_version,
         task_input=task,

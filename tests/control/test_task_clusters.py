@@ -74,3 +74,48 @@ def test_fit_store_refit_and_serve(store) -> None:
     rendered = router.apply_harness(harness, body, ctx)
     assert any(m.get("content") == f"{visa_cluster} example" for m in rendered["messages"])
     assert not any(m.get("content") == f"{hotel_cluster} example" for m in rendered["messages"])
+
+
+class _OwnLabelRunner:
+    """A workload runner that labels every outcome with its own cluster name, which live traffic never uses."""
+
+    def run(self, harness, policy, tasks):
+        from evolvable.control.gates import TaskOutcome
+
+        return [
+            TaskOutcome(t.id, "workload-label", success=bool(harness.memory) or i % 4 == 0) for i, t in enumerate(tasks)
+        ]
+
+
+def test_gates_and_recorded_replay_split_by_the_fitted_clusters(store) -> None:
+    from evolvable.control.gates import ReplaySuite
+    from evolvable.control.judge import Judge
+    from evolvable.control.models import Lever
+    from evolvable.control.recorded_replay import RecordedTrafficWorkload
+
+    from .conftest import ScriptedTask
+    from .test_runtime import config
+
+    clusters = TaskClusters(ClustererStore(store.engine), "default", ClusteringConfig(min_runs=12))
+    plane = ControlPlane(store, config=config(levers=frozenset({Lever.memory})), clusters=clusters)
+    active, _ = plane.bootstrap(base_harness())
+    _record(store, FLIGHTS, 10, harness_version=active.id)
+    _record(store, HOTELS, 10, harness_version=active.id)
+    holdout = [ScriptedTask(f"h-{i}", "own", t.format(CITIES[i % 10])) for i, t in enumerate([FLIGHTS, HOTELS] * 8)]
+    plane.register_suite(AGENT, ReplaySuite(_OwnLabelRunner(), holdout))
+    report = plane.tick(AGENT)
+    fitted = clusters.for_agent(AGENT)
+    assert fitted is not None
+    learned = {fitted.predict(FLIGHTS.format("Oslo")), fitted.predict(HOTELS.format("Oslo"))}
+    assert len(learned) == 2
+    decision = plane.journal.decision(report.decisions[0])
+    # The gate's split is by the clusters statistics and decisions use, not the workload's own label.
+    assert set(decision.gates["replay"]["per_cluster"]) == learned
+    assert set(decision.evidence["before"]) == learned
+
+    recorded = RecordedTrafficWorkload(
+        store, "default", AGENT, judge=Judge("http://127.0.0.1:9/v1", "j"), clusterer=lambda: plane.clusterer_of(AGENT)
+    )
+    assert set(recorded.recorded_tasks()) == learned
+    unclustered = RecordedTrafficWorkload(store, "default", AGENT, judge=Judge("http://127.0.0.1:9/v1", "j"))
+    assert set(unclustered.recorded_tasks()) == {"all"}

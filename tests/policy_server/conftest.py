@@ -17,7 +17,14 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 def base_model() -> tuple[Any, Any]:
     from evolvable.model_loading import load_base_model
 
-    return load_base_model()
+    # EVOLVABLE_TEST_DEVICE=cuda runs these tests on a GPU (bfloat16 unless EVOLVABLE_TEST_DTYPE says otherwise).
+    device = os.environ.get("EVOLVABLE_TEST_DEVICE")
+    if not device:
+        return load_base_model()
+    from evolvable.model_loading import resolve_device, resolve_dtype
+
+    where = resolve_device(device)
+    return load_base_model(dtype=resolve_dtype(os.environ.get("EVOLVABLE_TEST_DTYPE", "auto"), where), device=where)
 
 
 @pytest.fixture(scope="session")

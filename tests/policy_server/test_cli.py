@@ -51,3 +51,17 @@ def test_server_starts_and_answers() -> None:
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+def test_bad_device_or_dtype_is_a_message_not_a_traceback() -> None:
+    import torch
+
+    result = run_cli("policy-server", "--device", "tpu")
+    assert result.returncode == 2
+    assert "unknown device 'tpu'" in result.stderr and "Traceback" not in result.stderr
+    result = run_cli("policy-server", "--dtype", "int3")
+    assert result.returncode == 2 and "unknown dtype 'int3'" in result.stderr
+    if not torch.cuda.is_available():
+        result = run_cli("policy-server", "--device", "cuda")
+        assert result.returncode == 2
+        assert "no CUDA GPU is visible" in result.stderr and "Traceback" not in result.stderr

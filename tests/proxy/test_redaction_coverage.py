@@ -1,6 +1,7 @@
 """Redaction reaches every client-named field that is stored, end to end through the real proxy and writer, on
 SQLite and PostgreSQL: a signal's `source`, an explicit tool step's `tool_name` and `tool_call_id` (the
-`steps.tool_call_id` column too), the `X-Evolvable-Agent` header, and end-user ids in the audit log's targets.
+`steps.tool_call_id` column too), the `X-Evolvable-Agent` header, a session's agent and task id (the
+`proxy_sessions` row too), and end-user ids in the audit log's targets.
 
 Each planted value is looked for in every column of every stored row, so a field nobody thought of fails too.
 """
@@ -27,8 +28,10 @@ AGENT_EMAIL = "ops.lead@globex-mail.com"
 TOOL_PHONE = "+44 20 7946 0958"
 CALL_EMAIL = "carla.m@initech-corp.net"
 SOURCE_EMAIL = "reviewer.jane@umbrella-labs.org"
+SESSION_AGENT_EMAIL = "desk.owner@hooli-mail.com"
+TASK_PHONE = "+49 30 901820"
 END_USER = "bob.tenant.user@example.org"
-PLANTED = (AGENT_EMAIL, TOOL_PHONE, CALL_EMAIL, SOURCE_EMAIL, END_USER)
+PLANTED = (AGENT_EMAIL, TOOL_PHONE, CALL_EMAIL, SOURCE_EMAIL, SESSION_AGENT_EMAIL, TASK_PHONE, END_USER)
 
 
 @pytest.fixture
@@ -72,9 +75,16 @@ def test_identifiers_and_audit_targets_are_redacted(governed: Any, store: Store)
         extra_headers={"X-Evolvable-Agent": AGENT_EMAIL},
     )
     # A session with an explicit tool step and a signal whose source names a person.
-    r = httpx.post(f"{proxy.url}/v1/sessions", headers=auth, json={"agent": "desk", "end_user": END_USER})
+    r = httpx.post(
+        f"{proxy.url}/v1/sessions",
+        headers=auth,
+        json={"agent": f"desk {SESSION_AGENT_EMAIL}", "task_id": f"callback {TASK_PHONE}", "end_user": END_USER},
+    )
     assert r.status_code == 201, r.text
     session = r.json()
+    with store.engine.connect() as conn:  # the session row is written at once, before the writer runs
+        row = conn.execute(sa.text("SELECT agent, task_id FROM proxy_sessions WHERE id = :id"), {"id": session["id"]})
+        assert tuple(row.one()) == ("desk <EMAIL_1>", "callback <PHONE_1>")
     s_auth = {"Authorization": f"Bearer {session['api_key']}"}
     step = {
         "kind": "tool_call",
@@ -96,11 +106,12 @@ def test_identifiers_and_audit_targets_are_redacted(governed: Any, store: Store)
     assert plain_t.agent == "<EMAIL_1>"
     t = store.get_trajectory(session["id"])
     tool = t.tool_calls()[0]
-    assert (tool.tool_name, tool.tool_call_id) == ("call <PHONE_1>", "call:<EMAIL_1>")
-    assert t.signals[0].source == "<EMAIL_2>"
+    assert (tool.tool_name, tool.tool_call_id) == ("call <PHONE_2>", "call:<EMAIL_2>")
+    assert (t.agent, t.task_id) == ("desk <EMAIL_1>", "callback <PHONE_1>")
+    assert t.signals[0].source == "<EMAIL_3>"
     assert t.end_user == END_USER  # purge by user needs it verbatim
     stored = _raw_rows(store)
-    assert any("call:<EMAIL_1>" in row for row in stored if row.startswith("steps:"))  # the column too
+    assert any("call:<EMAIL_2>" in row for row in stored if row.startswith("steps:"))  # the column too
     assert [row for row in stored for value in PLANTED[:-1] if value in row] == []
 
     # Reads name the end user in their query; the audit log keeps a digest only.

@@ -128,3 +128,38 @@ def test_checkpoint_is_rewritten_in_place_and_survives_a_torn_slot(tmp_path: Pat
         f.seek(newest + 20)
         f.write(b"\xff\xff")
     assert reader.load_checkpoint() == (4, 0)
+
+
+def test_interval_syncs_never_hold_up_a_waiting_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With `fsync: interval` a slow disk sync runs beside the writing thread: a record appended while
+    one is in progress is written (and its caller woken) without waiting for it; the syncs still happen."""
+    import evolvable.proxy.spool as spool_module
+
+    real_fdatasync = spool_module.os.fdatasync
+    syncing = threading.Event()
+    synced: list[float] = []
+
+    def slow_fdatasync(fd: int) -> None:
+        syncing.set()
+        time.sleep(0.4)
+        real_fdatasync(fd)
+        synced.append(time.monotonic())
+
+    monkeypatch.setattr(spool_module.os, "fdatasync", slow_fdatasync)
+
+    async def run() -> list[float]:
+        waits = []
+        with Spool(tmp_path, fsync="interval", fsync_interval_s=0.01) as spool:
+            assert await spool.append_durable(b"first")
+            assert syncing.wait(5)  # a sync is under way now
+            for i in range(5):
+                started = time.monotonic()
+                assert await spool.append_durable(f"record {i}".encode())
+                waits.append(time.monotonic() - started)
+        return waits
+
+    waits = asyncio.run(run())
+    assert max(waits) < 0.2, waits  # in the writing thread each would have waited up to 0.4 s
+    assert synced  # and the data was synced all the same
+    records, _ = SpoolReader(tmp_path).read((0, 0), 10)
+    assert len(records) == 6

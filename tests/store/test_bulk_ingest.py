@@ -131,6 +131,39 @@ def test_postgresql_documents_are_lz4_compressed(store: Store) -> None:
     assert sorted(methods) == [("signals", "l"), ("steps", "l"), ("trajectories", "l")]
 
 
+def test_postgresql_bodies_are_json_text_and_replays_fall_back_from_optimistic_copy(
+    store: Store, make_trajectory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Migration 0004: bodies are `json` (no jsonb parse per insert); a big batch goes through COPY without
+    savepoints first, and a replay of it conflicts, rolls back and is applied again the careful way."""
+    if store.engine.dialect.name != "postgresql":
+        pytest.skip("a PostgreSQL storage setting")
+    with store.engine.connect() as conn:
+        types = conn.execute(
+            sa.text(
+                "SELECT attrelid::regclass::text, atttypid::regtype::text FROM pg_attribute "
+                "WHERE (attrelid, attname) IN (('steps'::regclass, 'body'), ('signals'::regclass, 'body'))"
+            )
+        ).all()
+    assert sorted(types) == [("signals", "json"), ("steps", "json")]
+    calls: list[bool] = []
+    real_apply = ingest.apply
+
+    def spy(conn: sa.Connection, events: list[object], *, optimistic: bool = False) -> int:
+        calls.append(optimistic)
+        return real_apply(conn, events, optimistic=optimistic)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ingest, "apply", spy)
+    t = chatty(make_trajectory)
+    events = events_for(t)
+    assert store.apply_events(events) == len(events)
+    assert calls == [True]
+    replayed = [StepAppended(trajectory_id=t.id, step=e.step) for e in events if isinstance(e, StepAppended)]
+    assert store.apply_events(replayed) == len(replayed)  # new event ids, stored steps: COPY conflicts
+    assert calls == [True, True, False]
+    assert store.get_trajectory(t.id) == t
+
+
 def test_ends_in_the_batch_of_their_start_equal_ends_applied_later(db_url: str, make_trajectory) -> None:
     """Ends folded into the inserted row (one batch) give the same row as ends applied by UPDATE (two batches)."""
     t = make_trajectory(status=TrajectoryStatus.running)

@@ -6,6 +6,7 @@ It answers chat completions with the name of the adapter that served them, so a 
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -24,7 +25,8 @@ def _error(message: str, kind: str, code: int) -> JSONResponse:
     return JSONResponse({"object": "error", "message": message, "type": kind, "param": None, "code": code}, code)
 
 
-def vllm_app(base_model: str) -> Starlette:
+def vllm_app(base_model: str, max_lora_rank: int = 16) -> Starlette:
+    """`max_lora_rank` is `vllm serve --max-lora-rank`: a larger adapter is refused, as vLLM does."""
     adapters: dict[str, str] = {}
 
     async def models(_: Request) -> JSONResponse:
@@ -42,8 +44,13 @@ def vllm_app(base_model: str) -> Starlette:
             return _error("Both 'lora_name' and 'lora_path' must be provided.", "InvalidUserInput", 400)
         if name in adapters and not body.get("load_inplace"):
             return _error(f"The lora adapter '{name}' has already been loaded.", "InvalidUserInput", 400)
-        if not (Path(path) / "adapter_config.json").is_file():
+        config_file = Path(path) / "adapter_config.json"
+        if not config_file.is_file():
             return _error(f"Loading lora {name} failed: No adapter found for {path}", "BadRequestError", 400)
+        rank = json.loads(config_file.read_text() or "{}").get("r", 0)
+        if rank > max_lora_rank:
+            message = f"LoRA rank {rank} is greater than max_lora_rank {max_lora_rank}."
+            return _error(f"Loading lora {name} failed: {message}", "BadRequestError", 400)
         adapters[name] = path
         from starlette.responses import PlainTextResponse
 
@@ -91,13 +98,13 @@ def vllm_app(base_model: str) -> Starlette:
 
 
 @contextmanager
-def fake_vllm(base_model: str = "base") -> Iterator[str]:
+def fake_vllm(base_model: str = "base", max_lora_rank: int = 16) -> Iterator[str]:
     """Serve the fake on a free port; yields its base URL (without /v1)."""
     import socket
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(vllm_app(base_model), log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(vllm_app(base_model, max_lora_rank), log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     while not server.started:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -71,3 +71,16 @@ def synthetic_set(trajectory_factory: TrajectoryFactory) -> list[Trajectory]:
     return [
         trajectory_factory(turns=1 + i % 2, outcome=float(i % 3 == 0), cluster="a" if i % 2 else "b") for i in range(16)
     ]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_accelerate_state() -> Iterator[None]:
+    """accelerate keeps one device per process: a test that trained on a GPU must not decide the device
+    of the next test's `Accelerator(cpu=True)`."""
+    yield
+    import sys
+
+    if "accelerate" in sys.modules:
+        from accelerate.state import AcceleratorState
+
+        AcceleratorState._reset_state(reset_partial_state=True)

@@ -75,6 +75,10 @@ class PolicyServerSection(Section):
     model: str = "smollm2-135m"
     """The embedded server's model (ignored for vLLM)."""
     max_batch: int = Field(32, ge=1)
+    device: str = Field("cpu", pattern=r"^(cpu|cuda|auto|cuda:\d+)$")
+    """Where a launched embedded server runs: cpu, cuda, cuda:N or auto (ignored for vLLM)."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """A launched embedded server's weights: auto is bfloat16 on a GPU, float32 on CPU."""
 
     @model_validator(mode="after")
     def _url_or_launch(self) -> PolicyServerSection:
@@ -117,6 +121,17 @@ class AgentPolicySection(Section):
     """Proxy upstream that serves it; None: the proxy's default upstream."""
 
 
+class RecordedReplaySection(Section):
+    """Gates from the agent's recorded traffic, used when it has no workload (control/recorded_replay.py)."""
+
+    per_cluster: int = Field(12, ge=1)
+    """Gate tasks (and report tasks) per cluster."""
+    refresh_s: float = Field(60.0, ge=0)
+    """How often the recorded task sets are re-read from the store."""
+    max_tokens: int = Field(128, ge=1)
+    """Longest replayed reply."""
+
+
 class AgentConfig(Section):
     name: str = Field(min_length=1, max_length=200)
     tenant: str = "default"
@@ -126,6 +141,7 @@ class AgentConfig(Section):
     harness: Path | None = None
     """Starting harness (JSON or YAML file); None: an empty harness (the agent's own prompt and tools)."""
     policy: AgentPolicySection | None = None
+    recorded_replay: RecordedReplaySection = Field(default_factory=RecordedReplaySection)
     replay_upstream: str | None = None
     """Proxy upstream replays run against (never the proxy itself, so replays are not training data)."""
     rubric: str | None = None
@@ -140,6 +156,8 @@ class ModelEndpointSection(Section):
     model: str
     api_key_env: str | None = None
     timeout_s: float = Field(60.0, gt=0)
+    max_tokens: int | None = Field(None, ge=1)
+    """Longest answer; None: the caller's default (evolver 400, judge 300)."""
     prefill: bool = False
     """Start the model's answer with the JSON opening (the server must continue a final assistant message,
     as the embedded policy server and vLLM do): small models answer in prose otherwise."""
@@ -225,6 +243,17 @@ class LauncherSection(Section):
         return self
 
 
+class SnapshotGateSection(Section):
+    """The weights lever's snapshot gate (control/snapshot_gate.py)."""
+
+    min_gain: int = 1
+    """Validation tasks a snapshot must solve beyond the served policy (1: strictly better, the measured
+    rule). 0 or less publishes snapshots that are not better; only for tests that must exercise the
+    publish, hot-load and canary path with a tiny training budget."""
+    max_cluster_loss: int = Field(1, ge=0)
+    """A snapshot fails when any cluster solves more than this many fewer tasks than the served policy."""
+
+
 class WeightsEvolverSection(Section):
     output_dir: Path = Path(".evolvable/rl")
     overrides: dict[str, Any] = Field(default_factory=dict)
@@ -232,6 +261,7 @@ class WeightsEvolverSection(Section):
     launcher: LauncherSection = Field(default_factory=LauncherSection)
     snapshot_points: int = Field(3, ge=1)
     """Snapshots of a job (evenly spaced, the last included) gated against the served policy."""
+    gate: SnapshotGateSection = Field(default_factory=SnapshotGateSection)
     erasure: Literal["retire", "retrain"] = "retire"
     """What a purge does to an adapter trained on purged runs (docs/training.md)."""
 

@@ -6,15 +6,17 @@ and the workload plugin that gives its gates replay tasks and safety probes.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from evolvable.app.config import AgentConfig, ConfigError, EvolvableConfig, WorkloadSection
 from evolvable.app.endpoints import hot_load_targets, model_endpoint, upstream_url
+from evolvable.control.adapters import AdapterSync
 from evolvable.control.decision import DecisionConfig
 from evolvable.control.gates import GateConfig, ReplaySuite
 from evolvable.control.judge import judge_from_settings
@@ -80,7 +82,7 @@ def weights_evolver(config: EvolvableConfig, store: Store | None, servers: tuple
         output_root=w.output_dir,
         config_overrides=dict(w.overrides) or None,
         jobs=jobs,
-        gate=SnapshotGateConfig(points=w.snapshot_points),
+        gate=SnapshotGateConfig(points=w.snapshot_points, **w.gate.model_dump()),
     )
 
 
@@ -95,7 +97,12 @@ def evolvers(
     if c.evolver is not None:
         url, key = model_endpoint(c.evolver, proxy, "control.evolver.api_key_env")
         model = EvolverModel(
-            base_url=url, model=c.evolver.model, api_key=key, timeout_s=c.evolver.timeout_s, prefill=c.evolver.prefill
+            base_url=url,
+            model=c.evolver.model,
+            api_key=key,
+            timeout_s=c.evolver.timeout_s,
+            prefill=c.evolver.prefill,
+            **({"max_tokens": c.evolver.max_tokens} if c.evolver.max_tokens else {}),
         )
     servers = hot_load_targets(config.policy_servers, policy_endpoints)
     out = default_evolvers(model, policy_servers=servers)
@@ -118,6 +125,7 @@ def judge_model(config: EvolvableConfig, proxy: ProxyConfig) -> JudgeModel | Non
         timeout_s=j.timeout_s,
         rubrics=rubrics or None,
         prefill=j.prefill,
+        max_tokens=j.max_tokens,
     )
 
 
@@ -158,6 +166,7 @@ def replay_suite(
     *,
     store: Store | None = None,
     judge: Judge | None = None,
+    clusterer: Callable[[], Any] | None = None,
 ) -> ReplaySuite | None:
     """The agent's workload plugin; without one, replay from its recorded traffic judged by the judge model
     (single-turn counterfactuals, docs/control_plane.md); neither: no replay gate for this agent."""
@@ -170,13 +179,22 @@ def replay_suite(
         model=agent.policy.base_model if agent.policy else agent.name,
         api_key=api_key,
         sanitize=sanitize,
-        options=dict(agent.workload.options) if agent.workload is not None else {},
+        options=dict(agent.workload.options) if agent.workload is not None else agent.recorded_replay.model_dump(),
     )
     if agent.workload is None:
         from evolvable.control.recorded_replay import RecordedTrafficWorkload
 
         assert store is not None and judge is not None  # (without both, the guard above returned)
-        return RecordedTrafficWorkload(store, agent.tenant, agent.name, judge=judge).suite(context)
+
+        recorded = RecordedTrafficWorkload(
+            store,
+            agent.tenant,
+            agent.name,
+            judge=judge,
+            per_cluster=agent.recorded_replay.per_cluster,
+            clusterer=clusterer,
+        )
+        return recorded.suite(context)
     try:
         return load_workload(agent.workload).suite(context)
     except WorkloadError:
@@ -202,6 +220,8 @@ def build_planes(
     judge_runner = judge_from_settings(asdict(judge)) if judge is not None else None
     clusterers = ClustererStore(store.engine)
     clustering = ClusteringConfig(**config.control.clustering.model_dump())
+    servers = hot_load_targets(config.policy_servers, policy_endpoints or {})
+    adapters = AdapterSync(servers) if servers else None
 
     def make(tenant: str) -> ControlPlane:
         return ControlPlane(
@@ -214,6 +234,7 @@ def build_planes(
             judge_model=judge,
             judge=judge_runner,
             clusters=TaskClusters(clusterers, tenant, clustering),
+            adapters=adapters,
         )
 
     planes = ControlPlanes(make=make, leader=leader)
@@ -223,7 +244,14 @@ def build_planes(
             PolicySpec(base_model=agent.policy.base_model, upstream=agent.policy.upstream) if agent.policy else None
         )
         plane.bootstrap(starting_harness(agent), policy)
-        suite = replay_suite(agent, proxy, sanitize, store=store, judge=judge_runner)
+        suite = replay_suite(
+            agent,
+            proxy,
+            sanitize,
+            store=store,
+            judge=judge_runner,
+            clusterer=functools.partial(plane.clusterer_of, agent.name),
+        )
         if suite is not None:
             plane.register_suite(agent.name, suite)
     return planes

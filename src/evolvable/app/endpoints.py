@@ -37,7 +37,12 @@ def launch_policy_servers(config: EvolvableConfig, resources: contextlib.ExitSta
 
         log_dir.mkdir(parents=True, exist_ok=True)
         endpoints[server.name] = resources.enter_context(
-            policy_server(server.model, log_dir / f"policy_server_{server.name}.log", max_batch=server.max_batch)
+            policy_server(
+                server.model,
+                log_dir / f"policy_server_{server.name}.log",
+                max_batch=server.max_batch,
+                extra_args=("--device", server.device, "--dtype", server.dtype),
+            )
         )
     return endpoints
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from evolvable.app.config import EvolvableConfig
 from evolvable.app.control import build_planes
-from evolvable.app.endpoints import launch_policy_servers, proxy_config, secret
+from evolvable.app.endpoints import hot_load_targets, launch_policy_servers, proxy_config, secret
 from evolvable.control.tenancy import ControlPlanes
 from evolvable.proxy.config import ProxyConfig
 from evolvable.settings import get_settings
@@ -71,7 +71,7 @@ def _tokenizers(config: EvolvableConfig) -> TokenizerRegistry | None:
     return None
 
 
-def _governance(config: EvolvableConfig, store: Store) -> Governance:
+def _governance(config: EvolvableConfig, store: Store, policy_endpoints: dict[str, str]) -> Governance:
     from evolvable.control.erasure import control_erasers
     from evolvable.governance import Governance
 
@@ -84,7 +84,11 @@ def _governance(config: EvolvableConfig, store: Store) -> Governance:
         retention_interval_s=g.retention_interval_s,
         admin_key=admin_key,
         tokenizers=_tokenizers(config),
-        erasers=control_erasers(store.engine, config.control.weights.erasure),
+        erasers=control_erasers(
+            store.engine,
+            config.control.weights.erasure,
+            hot_load_targets(config.policy_servers, policy_endpoints),
+        ),
     )
 
 
@@ -115,7 +119,7 @@ def build_stack(config: EvolvableConfig, *, log_dir: Path | None = None) -> Stac
         routers: list[APIRouter] = []
         governor = authenticator = None
         if config.governance.enabled:
-            governance = stack.governance = _governance(config, stack.store)
+            governance = stack.governance = _governance(config, stack.store, stack.policy_endpoints)
             governor, authenticator = governance.governor, governance.authenticator
             routers += governance.routers
         if config.control.enabled:

@@ -20,6 +20,12 @@ def policy_server(
     prefix_cache_mb: int = typer.Option(
         512, "--prefix-cache-mb", min=0, help="Memory for reusing the KV states of repeated prompt prefixes (0: off)."
     ),
+    device: str = typer.Option(
+        "cpu", "--device", help="cpu (default), cuda, cuda:N, or auto (CUDA when a GPU is visible)."
+    ),
+    dtype: str = typer.Option(
+        "auto", "--dtype", help="auto (bfloat16 on a GPU, float32 on CPU), float32, bfloat16 or float16."
+    ),
     lora: list[str] = typer.Option(
         [], "--lora", help="Preload a LoRA adapter as NAME=PATH (repeatable); select it with model=NAME."
     ),
@@ -41,6 +47,8 @@ def policy_server(
         model,
         host=host,
         port=port,
+        device=device,
+        dtype=dtype,
         max_batch=max_batch,
         logprobs_mode=logprobs_mode,
         prefix_cache_mb=prefix_cache_mb,

@@ -103,6 +103,8 @@ def _cooling(ctx: DecisionContext, proposal: Proposal, cfg: DecisionConfig) -> b
     for d in ctx.recent[: cfg.cooldown]:
         if d.evidence.get("target_key") != proposal.target_key or "interrupted" in d.gates:
             continue  # a decision cut off by a dying leader failed on no merit: it is redone, not cooled
+        if d.gates.get("pending"):
+            continue  # its background job runs on; the next decision picks up its outcome
         if d.state in UNSUCCESSFUL or d.verdict in (Verdict.ineffective, Verdict.harmful):
             return True
         if d.state in (DecisionState.unavailable, DecisionState.awaiting_approval, DecisionState.paused):

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from sqlalchemy.engine import Engine
 
+from evolvable.control.adapters import AdapterSync
 from evolvable.control.models import VersionKind, VersionRecord, VersionState
 from evolvable.control.registry import Registry
 
@@ -53,6 +54,8 @@ class WeightsErasure:
     policy: ErasurePolicy = "retire"
     tenant_policies: Mapping[str, ErasurePolicy] = field(default_factory=dict)
     """Per-tenant choice; tenants not listed get `policy`."""
+    adapters: AdapterSync | None = None
+    """Unloads retired adapters from the policy servers (and loads the restored parent's) right away."""
 
     def __call__(self, tenant_id: str | None, purged_ids: set[str], reason: str) -> dict[str, Any]:
         """A governance `DerivedEraser`: flag (and by policy retire) every serving adapter that learnt from
@@ -64,7 +67,12 @@ class WeightsErasure:
             hits = trained_on(record) & purged_ids
             if hits:
                 affected.append(self._act(record, len(hits)))
-        return {"adapters": affected} if affected else {}
+        if not affected:
+            return {}
+        report: dict[str, Any] = {"adapters": affected}
+        if self.adapters is not None and any(a["action"] != "flagged for retraining" for a in affected):
+            report["policy_servers"] = self.adapters.sync(Registry(self.registry.rows, tenant=None))
+        return report
 
     def _act(self, record: VersionRecord, hits: int) -> dict[str, Any]:
         policy = self.tenant_policies.get(record.tenant or "", self.policy)
@@ -85,6 +93,11 @@ class WeightsErasure:
         return f"retired; {parent} restored"
 
 
-def control_erasers(engine: Engine, weights_policy: ErasurePolicy = "retire") -> tuple[Any, ...]:
-    """Everything the control plane builds from runs, as erasers for governance's purger."""
-    return (exemplar_eraser(engine), WeightsErasure(Registry(engine, tenant=None), policy=weights_policy))
+def control_erasers(
+    engine: Engine, weights_policy: ErasurePolicy = "retire", policy_servers: tuple[str, ...] = ()
+) -> tuple[Any, ...]:
+    """Everything the control plane builds from runs, as erasers for governance's purger. Adapters retired
+    by a purge leave `policy_servers` at once."""
+    adapters = AdapterSync(policy_servers) if policy_servers else None
+    weights = WeightsErasure(Registry(engine, tenant=None), policy=weights_policy, adapters=adapters)
+    return (exemplar_eraser(engine), weights)

@@ -5,6 +5,8 @@ and asks a paired question per task; the candidate must be better by a one-sided
 test, not by a raw mean (a 2-task lucky streak on a 24-task holdout is noise). The safety gate is
 stricter: any probe the active version passes and the candidate fails blocks it.
 Outcomes of a version on a suite are cached, so the active version runs once per suite.
+Per-cluster splits use the agent's fitted task clusterer where one is fitted (the clusters its statistics,
+decisions and canaries use), read from each task's text; else the cluster the workload reports.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from evolvable.control.models import PolicySpec
+from evolvable.control.statistics import Clusterer
 from evolvable.control.stats_math import paired_improvement_pvalue, wilson_interval
 from evolvable.errors import ControlError
 from evolvable.protocol.harness import Harness
@@ -79,10 +82,35 @@ class GateResult:
         return asdict(self)
 
 
-def _per_cluster(candidate: list[TaskOutcome], baseline: list[TaskOutcome]) -> dict[str, dict[str, float]]:
+def task_text(task: Any) -> str | None:
+    """The text a task clusterer reads for a replay task: its `prompt()` (or `prompt`, `task_input`,
+    `text`, `input`, as attribute or key); None when the task offers none."""
+    for key in ("prompt", "task_input", "text", "input"):
+        value = task.get(key) if isinstance(task, dict) else getattr(task, key, None)
+        if callable(value):
+            value = value()
+        if isinstance(value, str) and value.strip():
+            return value
+    return None
+
+
+def cluster_labels(tasks: Sequence[Any], outcomes: Sequence[TaskOutcome], clusterer: Clusterer | None) -> list[str]:
+    """Each task's cluster: the fitted clusterer's reading of its text, else the workload's own label."""
+    if clusterer is None:
+        return [o.cluster for o in outcomes]
+    labels = []
+    for task, outcome in zip(tasks, outcomes, strict=True):
+        text = task_text(task)
+        labels.append(clusterer.predict(text) if text else outcome.cluster)
+    return labels
+
+
+def _per_cluster(
+    candidate: list[TaskOutcome], baseline: list[TaskOutcome], labels: Sequence[str]
+) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
-    for c, b in zip(candidate, baseline, strict=True):
-        row = out.setdefault(c.cluster, {"n": 0, "candidate": 0, "baseline": 0})
+    for c, b, cluster in zip(candidate, baseline, labels, strict=True):
+        row = out.setdefault(cluster, {"n": 0, "candidate": 0, "baseline": 0})
         row["n"] += 1
         row["candidate"] += c.success
         row["baseline"] += b.success
@@ -152,6 +180,7 @@ class Gates:
         baseline: Harness,
         candidate_policy: PolicySpec | None = None,
         baseline_policy: PolicySpec | None = None,
+        clusterer: Clusterer | None = None,
     ) -> GateResult:
         if not suite.safety:
             return GateResult("safety", True, "no safety probes registered for this agent")
@@ -171,7 +200,7 @@ class Gates:
             reason,
             candidate_rate=cand_pass / len(cand),
             baseline_rate=base_pass / len(base),
-            per_cluster=_per_cluster(cand, base),
+            per_cluster=_per_cluster(cand, base, cluster_labels(suite.safety, cand, clusterer)),
             new_failures=new_failures,
         )
 
@@ -182,6 +211,7 @@ class Gates:
         baseline: Harness,
         candidate_policy: PolicySpec | None = None,
         baseline_policy: PolicySpec | None = None,
+        clusterer: Clusterer | None = None,
     ) -> GateResult:
         cand = self.outcomes(suite, "holdout", candidate, candidate_policy)
         base = self.outcomes(suite, "holdout", baseline, baseline_policy)
@@ -208,5 +238,5 @@ class Gates:
             candidate_rate=c_rate,
             baseline_rate=b_rate,
             p_value=p,
-            per_cluster=_per_cluster(cand, base),
+            per_cluster=_per_cluster(cand, base, cluster_labels(suite.holdout, cand, clusterer)),
         )

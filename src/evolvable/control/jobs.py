@@ -91,6 +91,10 @@ class LocalLauncher:
     def start(self, job_dir: Path, args: list[str]) -> str:
         command = self.command(args)
         env = {**os.environ, **self.env}
+        if self.num_processes > _visible_gpus(env):
+            # More processes than GPUs: they train on the CPU, and CUDA hidden keeps each of them from
+            # claiming a GPU ordinal that does not exist ("invalid device ordinal").
+            env["CUDA_VISIBLE_DEVICES"] = ""
         try:
             with (job_dir / LOG_FILE).open("ab") as log:
                 process = subprocess.Popen(
@@ -277,3 +281,14 @@ def _log_tail(path: Path, limit: int = 600) -> str:
         return "(no log)"
     lines = [line for line in text.splitlines() if line.strip()]
     return " | ".join(lines[-4:])[-limit:] or "(empty log)"
+
+
+def _visible_gpus(env: Mapping[str, str]) -> int:
+    """CUDA devices a launched process would see (0 without torch or a GPU); asks the driver, never CUDA."""
+    if env.get("CUDA_VISIBLE_DEVICES") == "":
+        return 0
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return int(torch.cuda.device_count())

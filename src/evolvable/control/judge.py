@@ -317,7 +317,8 @@ def _digest(text: str) -> str:
 
 
 def judge_from_settings(settings: Mapping[str, Any]) -> Judge:
-    """A judge from plain configuration: base_url, model, api_key, rubric, rubrics (per agent), timeout_s."""
+    """A judge from plain configuration: base_url, model, api_key, rubric, rubrics (per agent), timeout_s,
+    prefill, max_tokens."""
     try:
         base_url, model = str(settings["base_url"]), str(settings["model"])
     except KeyError as err:
@@ -330,6 +331,7 @@ def judge_from_settings(settings: Mapping[str, Any]) -> Judge:
         rubrics=settings.get("rubrics"),
         timeout_s=float(settings.get("timeout_s", 120.0)),
         prefill=bool(settings.get("prefill", False)),
+        max_tokens=int(settings.get("max_tokens") or 300),
     )
 
 

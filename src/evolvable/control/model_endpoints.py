@@ -23,6 +23,8 @@ class JudgeModel:
     rubrics: dict[str, str] | None = None
     """Per-agent rubrics; an agent not listed is judged by `rubric`."""
     prefill: bool = False
+    max_tokens: int | None = None
+    """Longest verdict; None: the judge's default."""
 
 
 __all__ = ["EvolverModel", "JudgeModel"]

@@ -8,7 +8,8 @@ compare candidate and active version on the same tasks with their paired test.
 
 Recorded runs are split per cluster into a gate set and a report set (by a hash of the run id, so
 the split is stable as the window moves): the gates only ever see the gate set, so the report set
-measures what the gates selected for without being selected on.
+measures what the gates selected for without being selected on. A run's cluster is the one it reports,
+else the agent's fitted task clusterer's (the clusters statistics and decisions use), else `all`.
 
 What this can establish: whether the candidate's *next reply* in a recorded situation is judged
 better — a single-turn counterfactual. What it cannot: what the tools would have returned for a
@@ -20,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, cast
@@ -28,7 +29,7 @@ from typing import Any, cast
 from evolvable.control.gates import ReplayFailed, ReplaySuite, TaskOutcome
 from evolvable.control.judge import Judge, JudgeUnusable, assistant_turns
 from evolvable.control.models import REPLAY_METADATA_KEY, PolicySpec
-from evolvable.control.statistics import summarize, task_text_of
+from evolvable.control.statistics import Clusterer, summarize, task_text_of
 from evolvable.control.workloads import WorkloadContext
 from evolvable.protocol.harness import Harness, render_messages
 from evolvable.protocol.models import ChatMessage, Trajectory, TrajectoryStatus
@@ -73,9 +74,11 @@ def conversation_of(messages: Sequence[ChatMessage], task_text: str) -> list[Cha
     return turns[start:]
 
 
-def recorded_task(t: Trajectory, turns_per_task: int, success_threshold: float = 0.5) -> RecordedTask | None:
+def recorded_task(
+    t: Trajectory, turns_per_task: int, success_threshold: float = 0.5, clusterer: Clusterer | None = None
+) -> RecordedTask | None:
     """The run as a replay task, or None when it has no llm_call with a reply to re-ask."""
-    summary = summarize(t, success_threshold=success_threshold)
+    summary = summarize(t, clusterer=clusterer, success_threshold=success_threshold)
     text = task_text_of(t)
     turns = []
     for step, reply in assistant_turns(t)[-turns_per_task:]:
@@ -216,6 +219,7 @@ class RecordedTrafficWorkload:
         turns_per_task: int = 1,
         window: int = 300,
         max_tokens: int = 128,
+        clusterer: Callable[[], Clusterer | None] | None = None,
     ) -> None:
         self.store = store
         self.tenant = tenant
@@ -227,6 +231,8 @@ class RecordedTrafficWorkload:
         self.turns_per_task = turns_per_task
         self.window = window
         self.max_tokens = max_tokens
+        self.clusterer = clusterer
+        """The agent's current fitted clusterer (it is refitted on drift), for runs that report no cluster."""
 
     def recorded_tasks(self) -> dict[str, list[RecordedTask]]:
         """Per cluster, the newest ended live runs as tasks (replays of candidates excluded)."""
@@ -235,11 +241,13 @@ class RecordedTrafficWorkload:
         headers, _ = self.store.list_trajectories(
             TrajectoryFilter(agent=self.agent, tenant_id=self.tenant, status=ENDED), limit=self.window
         )
+        clusterer = self.clusterer() if self.clusterer is not None else None
         out: dict[str, list[RecordedTask]] = {}
         for header in headers:
             if REPLAY_METADATA_KEY in header.metadata:
                 continue
-            task = recorded_task(self.store.get_trajectory(header.id, self.tenant), self.turns_per_task)
+            trajectory = self.store.get_trajectory(header.id, self.tenant)
+            task = recorded_task(trajectory, self.turns_per_task, clusterer=clusterer)
             if task is not None:
                 out.setdefault(task.cluster, []).append(task)
         return out

@@ -19,11 +19,13 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from evolvable.control.deadline import Step, StepTimedOut
 from evolvable.control.decision import DecisionConfig, DecisionContext, Proposal, decide
 from evolvable.control.evolvers import (
     EvolveContext,
     Evolver,
     HarnessCandidate,
+    LeverPending,
     LeverUnavailable,
     PolicyCandidate,
     default_evolvers,
@@ -58,6 +60,7 @@ from evolvable.protocol.harness import Harness
 from evolvable.store import Store
 
 if TYPE_CHECKING:
+    from evolvable.control.adapters import AdapterSync
     from evolvable.control.evolvers.reflective import EvolverModel
     from evolvable.control.model_endpoints import JudgeModel
     from evolvable.control.router import HarnessRouter
@@ -80,8 +83,10 @@ class ControlConfig:
     use_canary: bool = True
     """False promotes straight after the gates (e.g. offline benchmarks with no live traffic split)."""
     time_budget_s: float | None = None
-    """Longest a decision's evolver and gates may take; past it the decision is recorded as failed and its
-    candidate never reaches live traffic (checked between steps: a running evolver or gate finishes first)."""
+    """Longest a decision's evolver and gates may take together. Each runs in a worker thread with the
+    remaining budget as its deadline: past it the tick stops waiting, the decision is recorded as timed out
+    (state failed, `gates.budget`), the step is abandoned (cancel event set, result discarded) and its
+    candidate never reaches live traffic. Until an abandoned step ends, its agent gets no new decision."""
 
 
 @dataclass
@@ -124,6 +129,7 @@ class ControlPlane:
         judge_model: JudgeModel | None = None,
         clusters: TaskClusters | None = None,
         judge: Judge | None = None,
+        adapters: AdapterSync | None = None,
     ) -> None:
         self.store = store
         self.tenant = tenant
@@ -145,7 +151,11 @@ class ControlPlane:
         self.sub_agents: dict[str, str] = {}
         """sub-agent -> the orchestrator whose sessions hold its calls (`register_sub_agent`)."""
         """Scores ended runs that carry no outcome (judge signals), before the statistics read them."""
+        self.adapters = adapters
+        """Keeps the policy servers' loaded adapters in step with the registry after every change."""
         self._tick_lock = threading.Lock()
+        self._abandoned: dict[str, Step[Any]] = {}
+        """agent -> its evolver or gate step abandoned at the time budget, while it is still running."""
 
     # ------------------------------------------------------------------ setup
 
@@ -187,6 +197,7 @@ class ControlPlane:
                     log.exception("control tick failed for %s", name)
                     report.actions.append(f"{name}: tick failed: {type(err).__name__}: {err}")
             self._refresh_router()
+            report.actions += self._sync_adapters()
             return report
 
     def _abandon_interrupted(self, report: TickReport) -> None:
@@ -226,22 +237,27 @@ class ControlPlane:
                 await asyncio.wait_for(stop.wait(), timeout=interval_s)
         await asyncio.to_thread(self.leader.release)
 
-    def runs(self, agent: str) -> list[RunSummary]:
+    def clusterer_of(self, agent: str) -> Any:
+        """The agent's task clusterer: the one fitted from this tenant's traffic, else the configured one."""
         fitted = self.clusters.for_agent(agent) if self.clusters is not None else None
+        return fitted or self.clusterer
+
+    def runs(self, agent: str) -> list[RunSummary]:
+        clusterer = self.clusterer_of(agent)
         if agent in self.sub_agents or agent in self.sub_agents.values():  # each agent sees its own side
             return load_sub_agent_runs(
                 self.store,
                 self.sub_agents.get(agent, agent),
                 agent,
                 limit=self.config.window,
-                clusterer=fitted or self.clusterer,
+                clusterer=clusterer,
                 success_threshold=self.config.success_threshold,
             )
         return load_runs(
             self.store,
             agent,
             limit=self.config.window,
-            clusterer=fitted or self.clusterer,
+            clusterer=clusterer,
             success_threshold=self.config.success_threshold,
             tenant_id=self.tenant,
         )
@@ -266,6 +282,8 @@ class ControlPlane:
         if self.journal.rollouts(agent, [RolloutState.running, RolloutState.paused]) or self.journal.decisions(
             agent, [DecisionState.awaiting_approval]
         ):
+            return
+        if self._winding_down(agent, report):
             return
         active = self.registry.current(agent, VersionKind.harness, VersionState.active)
         assert active is not None
@@ -344,7 +362,7 @@ class ControlPlane:
         ectx = EvolveContext(
             agent, self.store, active.harness(), active.id, runs, ctx.stats, policy, suite=self.suites.get(agent)
         )
-        proposed = self._propose(ectx, proposal, decision.id, report, say)
+        proposed = self._propose(agent, ectx, proposal, decision.id, started, report, say)
         if proposed is None:
             return
         candidate = self._register(agent, proposed, decision.id, active, policy, report, say)
@@ -356,8 +374,6 @@ class ControlPlane:
             candidate_version=candidate.record.id,
             baseline_version=active.id if candidate.kind == VersionKind.harness else (policy.id if policy else None),
         )
-        if self._over_budget(decision.id, started, "evolver", report, say):
-            return
         gates = self._gate(agent, candidate, decision.id, started, report, say)
         if gates is None:
             return
@@ -398,16 +414,29 @@ class ControlPlane:
         return decision
 
     def _propose(
-        self, ectx: EvolveContext, proposal: Proposal, decision_id: str, report: TickReport, say: str
+        self,
+        agent: str,
+        ectx: EvolveContext,
+        proposal: Proposal,
+        decision_id: str,
+        started: float,
+        report: TickReport,
+        say: str,
     ) -> HarnessCandidate | PolicyCandidate | None:
         """The lever's evolver's candidate; None (recorded) when the lever is unavailable or the evolver fails."""
         evolver = self.evolvers.get(proposal.lever)
         try:
             if evolver is None:
                 raise LeverUnavailable(f"{proposal.lever.value} lever unavailable: no evolver configured")
-            return evolver.propose(ectx, proposal)
+            step = Step(lambda: evolver.propose(ectx, proposal), f"{proposal.lever.value} evolver", ectx.cancel)
+            return step.result(self._remaining(started))
+        except StepTimedOut:
+            self._timed_out(agent, step, decision_id, started, report, say)
         except LeverUnavailable as err:
-            self.journal.update_decision(decision_id, state=DecisionState.unavailable, gates={"evolver": str(err)})
+            why: dict[str, Any] = {"evolver": str(err)}
+            if isinstance(err, LeverPending):
+                why["pending"] = True  # a background job: the next tick continues it (no cooldown)
+            self.journal.update_decision(decision_id, state=DecisionState.unavailable, gates=why)
             report.actions.append(f"{say}: {err}")
         except Exception as err:  # recorded, never silently dropped
             log.exception("evolver %s failed", proposal.lever.value)
@@ -476,10 +505,17 @@ class ControlPlane:
         """The gates' results when the candidate passed them all; None (recorded, candidate rejected or
         stopped) when one failed, broke or ran past the budget."""
         record = candidate.record
-        try:
-            gates = self._run_gates(
+        gate_step = Step(
+            lambda: self._run_gates(
                 agent, candidate.harness, candidate.base_harness, candidate.policy, candidate.base_policy
-            )
+            ),
+            f"gates of {record.id}",
+        )
+        try:
+            gates = gate_step.result(self._remaining(started))
+        except StepTimedOut:
+            self._timed_out(agent, gate_step, decision_id, started, report, say)
+            return None
         except ReplayFailed as err:
             self._stop_on_broken_replay(decision_id, record.id, str(err))
             report.actions.append(f"{say}: candidate {record.id} stopped: {err}")
@@ -490,8 +526,6 @@ class ControlPlane:
                 decision_id, state=DecisionState.failed, gates={"error": f"{type(err).__name__}: {err}"}
             )
             report.actions.append(f"{say}: gates failed: {err}")
-            return None
-        if self._over_budget(decision_id, started, "gates", report, say, gates):
             return None
         failed = next((g for g in gates.values() if isinstance(g, dict) and g.get("passed") is False), None)
         if failed is None:
@@ -514,23 +548,32 @@ class ControlPlane:
         report.actions.append(f"{say}: candidate {record.id} stopped by the {failed['name']} gate: {failed['reason']}")
         return None
 
-    def _over_budget(
-        self,
-        decision_id: str,
-        started: float,
-        phase: str,
-        report: TickReport,
-        say: str,
-        gates: dict[str, Any] | None = None,
-    ) -> bool:
-        """Past the time budget after `phase`: record it and stop, before anything reaches live traffic."""
+    def _remaining(self, started: float) -> float | None:
         budget = self.config.time_budget_s
-        spent = time.monotonic() - started
-        if budget is None or spent <= budget:
-            return False
-        note = f"time budget of {budget:g} s exceeded after the {phase} ({spent:.1f} s); nothing was served"
-        self.journal.update_decision(decision_id, state=DecisionState.failed, gates={**(gates or {}), "budget": note})
+        return None if budget is None else budget - (time.monotonic() - started)
+
+    def _timed_out(
+        self, agent: str, step: Step[Any], decision_id: str, started: float, report: TickReport, say: str
+    ) -> None:
+        """The step ran past the budget: record it and stop waiting; nothing it produces is applied."""
+        self._abandoned[agent] = step
+        note = (
+            f"timed out: the {step.name} was still running when the time budget of "
+            f"{self.config.time_budget_s:g} s ran out ({time.monotonic() - started:.1f} s); "
+            "it was stopped and nothing was applied"
+        )
+        self.journal.update_decision(decision_id, state=DecisionState.failed, gates={"budget": note})
         report.actions.append(f"{say}: {note}")
+
+    def _winding_down(self, agent: str, report: TickReport) -> bool:
+        """An abandoned step of this agent still running: no new decision until it ends (steps never pile up)."""
+        step = self._abandoned.get(agent)
+        if step is None:
+            return False
+        if not step.running:
+            del self._abandoned[agent]
+            return False
+        report.actions.append(f"{agent}: no change (the timed-out {step.name} is still winding down)")
         return True
 
     def _stop_on_broken_replay(self, decision_id: str, version: str, reason: str) -> None:
@@ -564,11 +607,13 @@ class ControlPlane:
                 ("holdout", cand_harness, cand_policy),
             ],
         )
-        safety = self.gates.safety_gate(suite, cand_harness, base_harness, cand_policy, base_policy)
+        clusterer = self.clusterer_of(agent)
+        safety = self.gates.safety_gate(suite, cand_harness, base_harness, cand_policy, base_policy, clusterer)
         out: dict[str, Any] = {"safety": safety.to_dict()}
         if not safety.passed:
             return out
-        out["replay"] = self.gates.replay_gate(suite, cand_harness, base_harness, cand_policy, base_policy).to_dict()
+        replay = self.gates.replay_gate(suite, cand_harness, base_harness, cand_policy, base_policy, clusterer)
+        out["replay"] = replay.to_dict()
         return out
 
     def _start(self, decision: Decision, report: TickReport) -> None:
@@ -634,6 +679,7 @@ class ControlPlane:
         if rollout.decision_id:
             self.journal.update_decision(rollout.decision_id, state=DecisionState.promoted)
         self._refresh_router()
+        self._sync_adapters()
         return rollout
 
     def rollback(
@@ -662,6 +708,7 @@ class ControlPlane:
                 values |= {"verdict": verdict, "verdict_detail": {"measured_on": "canary", "reason": reason}}
             self.journal.update_decision(rollout.decision_id, **values)
         self._refresh_router()
+        self._sync_adapters()
         return rollout
 
     def approve(self, decision_id: str, *, actor: str = "user") -> Decision:
@@ -724,6 +771,16 @@ class ControlPlane:
                 "calibration": calibration(self.journal.decisions(name, limit=200)),
             }
         return out
+
+    def _sync_adapters(self) -> list[str]:
+        """Unload retired adapters from the policy servers, load serving ones (control/adapters.py)."""
+        if self.adapters is None:
+            return []
+        try:
+            return self.adapters.sync(Registry(self.store.engine, tenant=None))
+        except Exception as err:  # the next change retries; serving never waits for it
+            log.exception("adapter sync failed")
+            return [f"adapters not synchronised: {type(err).__name__}: {err}"]
 
     def _refresh_router(self) -> None:
         if self.router is not None:

@@ -25,6 +25,10 @@ class SnapshotGateConfig:
     """How many evenly spaced snapshots (the last step included) run the validation tasks."""
     max_cluster_loss: int = 1
     """A snapshot fails when any cluster solves more than this many fewer tasks than the served policy."""
+    min_gain: int = 1
+    """A snapshot must solve at least this many more validation tasks than the served policy. 1 is the
+    measured rule (strictly better); 0 or less lets an equal or worse snapshot through, which only a test
+    that must exercise publish, hot-load and canary with a tiny training budget should configure."""
 
 
 @dataclass
@@ -84,7 +88,7 @@ def choose_snapshot(
         verdict.candidates[step] = {
             "solved": solved,
             "per_cluster": clusters,
-            "passed": solved > base_solved and worst >= -config.max_cluster_loss,
+            "passed": solved - base_solved >= config.min_gain and worst >= -config.max_cluster_loss,
         }
     passing = [s for s, c in verdict.candidates.items() if c["passed"]]
     if passing:

@@ -18,6 +18,7 @@ from evolvable.control.statistics import Clusterer, summarize
 from evolvable.dashboard.access import Viewer, json_response, viewer
 from evolvable.errors import InvalidRequest, NotFound, ResourceNotFound
 from evolvable.protocol.models import LLMCallStep, SignalKind, Trajectory, TrajectoryStatus, new_id, utcnow
+from evolvable.proxy.records import SignalRecord
 from evolvable.store import InvalidCursor, Store, TrajectoryFilter
 from evolvable.store.reviews import recent_signals, trajectories_with_signal
 
@@ -136,7 +137,7 @@ def runs_router(clusterer: Clusterer | None) -> APIRouter:
         t = await _visible_run(rt.store, trajectory_id, v)
         if body.step_id is not None and body.step_id not in {s.id for s in t.steps}:
             raise ResourceNotFound(f"no step {body.step_id} in run {t.id}", code="step_not_found")
-        signal = {
+        signal: dict[str, Any] = {
             "id": new_id("sig"),
             "kind": SignalKind.user_feedback.value,
             "value": 1.0 if body.rating == "up" else 0.0,
@@ -148,14 +149,7 @@ def runs_router(clusterer: Clusterer | None) -> APIRouter:
             "metadata": {"key_id": v.actor, "comment": body.comment},
         }
         await rt.spool_record(
-            {
-                "t": "signal",
-                "id": signal["id"],
-                "traj": t.id,
-                "tenant": t.tenant_id,
-                "end_user": t.end_user,
-                "signal": signal,
-            }
+            SignalRecord(id=signal["id"], trajectory_id=t.id, tenant_id=t.tenant_id, end_user=t.end_user, signal=signal)
         )
         await rt.flush()
         return json_response({"signal_id": signal["id"], "trajectory_id": t.id}, 201)

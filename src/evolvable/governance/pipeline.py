@@ -101,6 +101,25 @@ class Governor:
         metrics.export_writer_snapshot()
         return [e for e in out if e is not None]
 
+    def warm_up(self) -> None:
+        """Build the redaction engine now (its name lists take ~1 s, more on a loaded machine), so neither the first
+        session created through the proxy nor the first writer batch waits for it."""
+        if self._redact:
+            self.redactor.redact_events([])
+
+    def redact_identifiers(self, trajectory_id: str, identifiers: dict[str, str | None]) -> dict[str, str | None]:
+        """The proxy's session row (agent, task id) redacted as the trajectory header's same fields are. A custom
+        redactor without `redact_identifiers` keeps only identifiers that cannot hold a recognized value."""
+        if not self._redact:
+            return identifiers
+        redact = getattr(self.redactor, "redact_identifiers", None)
+        if redact is not None:
+            return dict(redact(trajectory_id, identifiers))
+        from evolvable.governance.redaction.engine import FAILED_MARKER
+        from evolvable.governance.redaction.validators import plainly_safe_identifier
+
+        return {k: v if v is None or plainly_safe_identifier(v) else FAILED_MARKER for k, v in identifiers.items()}
+
     def _on_stage_failure(self, kind: str, error: BaseException) -> None:
         """The redaction engine's failure hook: it failed closed on one text; remember the stage for the audit."""
         stages = getattr(self._local, "failed_stages", None)

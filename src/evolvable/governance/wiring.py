@@ -128,14 +128,19 @@ class Governance:
         )
 
     def install(self, app: FastAPI) -> None:
-        """Add the read-audit middleware and run the retention loop inside the app's lifespan."""
+        """Add the read-audit middleware, build the redaction engine at startup and run the retention loop inside
+        the app's lifespan."""
         app.add_middleware(AuditReadsMiddleware, directory=self.directory)
         inner = app.router.lifespan_context
         store, interval = self.store, self.retention_interval_s
         job = RetentionJob(store, directory=self.directory, purger=Purger(store, erasers=self.erasers))
 
+        governor = self.governor
+
         @contextlib.asynccontextmanager
         async def lifespan(a: Any) -> AsyncIterator[Any]:  # (the app's own lifespan decides the state's type)
+            # before the proxy's own startup, which may fork the writer: the fork inherits the built engine
+            await asyncio.to_thread(governor.warm_up)
             async with inner(a) as state:
                 task = asyncio.create_task(retention_loop(store, interval, job=job))
                 try:

@@ -22,6 +22,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-batch", type=int, default=16, help="most sequences decoded together in one step")
     parser.add_argument("--logprobs-mode", default="raw", choices=("raw", "processed"))
     parser.add_argument("--prefix-cache-mb", type=int, default=512, help="memory for repeated prompt prefixes")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (CUDA when a GPU is visible)")
+    parser.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
     parser.add_argument("--lora", action="append", default=[], metavar="NAME=PATH", help="preload an adapter")
     args = parser.parse_args(argv)
     if args.max_batch < 1 or args.prefix_cache_mb < 0:
@@ -44,6 +46,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             logprobs_mode=args.logprobs_mode,
             prefix_cache_mb=args.prefix_cache_mb,
             lora=args.lora,
+            device=args.device,
+            dtype=args.dtype,
             on_loading=lambda model: print(f"loading {model}", file=sys.stderr, flush=True),
             on_serving=lambda line: print(line, file=sys.stderr, flush=True),
         )

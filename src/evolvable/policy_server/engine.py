@@ -1,7 +1,8 @@
 """The inference engine: a request queue feeding step-level continuous batching over one KV cache.
 
-One background thread owns the model. Each iteration it admits waiting requests (prefilled one by one,
-so no compute goes to padding, then merged into the running batch's cache with left padding), runs one
+One background thread owns the model. Each iteration it admits waiting requests (on CPU prefilled one by
+one, so no compute goes to padding; on an accelerator, where a pass costs about the same for one prompt or
+many, together in left-padded passes; then merged into the running batch's cache with left padding), runs one
 decode step for every running sequence at once, samples each row with that request's own generator,
 and retires finished rows. A request never waits for another request to finish, and a seeded request
 samples the same tokens whatever shares its batch (up to float rounding of batched matmuls).
@@ -31,7 +32,7 @@ from transformers import BatchEncoding, DynamicCache, PreTrainedModel, PreTraine
 from evolvable.errors import HTTPError, InvalidRequest
 from evolvable.policy_server.detokenize import TokenText, find_stop, safe_text_end
 from evolvable.policy_server.prefix_cache import PrefixCache
-from evolvable.policy_server.sampling import SamplingParams, sample_token
+from evolvable.policy_server.sampling import SamplingParams, sample_rows_on_device, sample_token
 from evolvable.telemetry.metrics import DECODE_BATCH_SIZE
 
 __all__ = ["AdapterError", "Engine", "EngineStats", "GenerationResult", "RequestError", "StepUpdate"]
@@ -126,10 +127,14 @@ class Engine:
         default_max_tokens: int = 1024,
         logprobs_mode: Literal["raw", "processed"] = "raw",
         prefix_cache_mb: int = 512,
+        batch_prefill: bool | None = None,
     ) -> None:
         """`logprobs_mode`: "raw" reports log-probabilities of the unmodified model distribution (temperature 1,
         no top-p; what a trainer recomputes), "processed" those of the distribution each token was drawn from.
-        `prefix_cache_mb`: memory for automatic prefix caching (see `prefix_cache`); 0 turns it off."""
+        `prefix_cache_mb`: memory for automatic prefix caching (see `prefix_cache`); 0 turns it off.
+        `batch_prefill`: prefill the prompts admitted together in one left-padded forward pass, recomputing
+        any cached prefix (default: on an accelerator, where a pass costs about the same for one prompt or
+        many; off on CPU, where compute is the cost). A prompt admitted alone still uses the prefix cache."""
         if logprobs_mode not in ("raw", "processed"):
             raise ValueError(f"logprobs_mode must be 'raw' or 'processed', not {logprobs_mode!r}")
         self.logprobs_mode = logprobs_mode
@@ -140,6 +145,11 @@ class Engine:
         self.max_context = int(getattr(model.config, "max_position_embeddings", 2048))
         self.stats = EngineStats()
         self._base = model.eval()  # type: ignore[no-untyped-call]  # transformers' eval() override is unannotated
+        self.device = next(model.parameters()).device
+        """Where the model's weights live; every tensor the engine feeds it is made there."""
+        self.batch_prefill = self.device.type != "cpu" if batch_prefill is None else batch_prefill
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self._pad_id = int(pad) if pad is not None else 0
         self._peft: Any = None
         self._adapters: dict[str, str] = {}
         self._eos_ids = self._collect_eos_ids(model, tokenizer)
@@ -365,7 +375,23 @@ class Engine:
     async def generate(
         self, prompt_token_ids: list[int], params: SamplingParams, adapter: str | None = None
     ) -> GenerationResult:
-        return _collect(prompt_token_ids, [u async for u in self.stream(prompt_token_ids, params, adapter)])
+        """The whole completion at once. The engine thread wakes the event loop once, at the end, not once
+        per token as a stream does: with many requests those wake-ups competed with the engine for the GIL."""
+        loop = asyncio.get_running_loop()
+        finished: asyncio.Future[list[StepUpdate]] = loop.create_future()
+        updates: list[StepUpdate] = []
+
+        def on_update(update: StepUpdate) -> None:
+            updates.append(update)
+            if update.finish_reason is not None:
+                with contextlib.suppress(RuntimeError):  # the caller's event loop has closed: nobody waits
+                    loop.call_soon_threadsafe(_resolve, finished, updates)
+
+        cancel = self.submit(prompt_token_ids, params, on_update, adapter)
+        try:
+            return _collect(prompt_token_ids, await finished)
+        finally:
+            cancel()  # a no-op once finished; stops the sequence if the caller went away first
 
     def generate_blocking(
         self, prompt_token_ids: list[int], params: SamplingParams, adapter: str | None = None
@@ -419,7 +445,8 @@ class Engine:
     def _admit(self) -> None:
         blocked = self._adapters_being_changed()
         deferred: list[_Sequence] = []
-        while len(self._running) < self.max_batch:
+        together: list[_Sequence] = []
+        while len(self._running) + len(together) < self.max_batch:
             try:
                 sequence = self._waiting.get_nowait()
             except queue.Empty:
@@ -434,16 +461,34 @@ class Engine:
             if sequence.adapter is not None and sequence.adapter not in self._adapters:
                 self._finish(sequence, UNKNOWN_ADAPTER, text="")  # unloaded while it waited
                 continue
+            if self.batch_prefill:
+                together.append(sequence)
+                continue
+            self._prefill_alone(sequence)
+        if len(together) == 1:  # alone, it may start from cached prefix states
+            self._prefill_alone(together[0])
+        # Several at once: one pass for all, recomputing shared prefixes, costs less than a pass each.
+        for group in _prefill_groups(together) if len(together) > 1 else []:
             try:
-                self._prefill(sequence)
+                self._prefill_together(group)
             except Exception:
-                if sequence in self._running:  # the batch's cache may be inconsistent: fail the batch
+                if group[0] in self._running:
                     raise
-                logger.exception("prefill failed for request %s", sequence.request_id)
-                self._finish(sequence, "error", text="")
+                logger.exception("prefill failed for requests %s", [s.request_id for s in group])
+                for sequence in group:
+                    self._finish(sequence, "error", text="")
         for sequence in deferred:
             self._waiting.put(sequence)
         self._retire_finished()
+
+    def _prefill_alone(self, sequence: _Sequence) -> None:
+        try:
+            self._prefill(sequence)
+        except Exception:
+            if sequence in self._running:  # the batch's cache may be inconsistent: fail the batch
+                raise
+            logger.exception("prefill failed for request %s", sequence.request_id)
+            self._finish(sequence, "error", text="")
 
     def _adapters_being_changed(self) -> set[str | None]:
         with self._commands_lock:
@@ -454,11 +499,11 @@ class Engine:
         prompt = sequence.prompt_token_ids
         cached = self._prefix_cache.lookup(prompt, sequence.adapter) if self._prefix_cache is not None else None
         start = cached.length if cached is not None else 0
-        ids = torch.tensor([prompt[start:]], dtype=torch.long)
+        ids = torch.tensor([prompt[start:]], dtype=torch.long, device=self.device)
         output = self._forward_model()(
             input_ids=ids,
-            attention_mask=torch.ones((1, len(prompt)), dtype=torch.long),
-            position_ids=torch.arange(start, len(prompt)).unsqueeze(0),
+            attention_mask=torch.ones((1, len(prompt)), dtype=torch.long, device=self.device),
+            position_ids=torch.arange(start, len(prompt), device=self.device).unsqueeze(0),
             past_key_values=DynamicCache(cached.layers) if cached is not None else None,
             use_cache=True,
             logits_to_keep=1,
@@ -473,16 +518,48 @@ class Engine:
         if self._prefix_cache is not None:  # fresh tensors: later steps concatenate, never write in place
             self._prefix_cache.insert(prompt, sequence.adapter, [(layer.keys, layer.values) for layer in cache.layers])
         sequence.next_position = len(prompt)
-        self._merge(sequence, cache, len(prompt))
+        self._merge([sequence], cache, torch.ones((1, len(prompt)), dtype=torch.long, device=self.device))
         self._sample_rows([sequence], output.logits[:, -1, :])
 
-    def _merge(self, sequence: _Sequence, cache: Any, length: int) -> None:
-        """Append a prefilled sequence to the running batch, left-padding whichever cache is shorter."""
-        new_mask = torch.ones((1, length), dtype=torch.long)
+    @torch.inference_mode()
+    def _prefill_together(self, group: list[_Sequence]) -> None:
+        """Prefill several prompts in one forward pass, left-padded to the longest (rows as in decoding)."""
+        lengths = [len(s.prompt_token_ids) for s in group]
+        width = max(lengths)
+        ids = [[self._pad_id] * (width - n) + s.prompt_token_ids for s, n in zip(group, lengths, strict=True)]
+        mask = torch.tensor([[0] * (width - n) + [1] * n for n in lengths], dtype=torch.long, device=self.device)
+        output = self._forward_model()(
+            input_ids=torch.tensor(ids, dtype=torch.long, device=self.device),
+            attention_mask=mask,
+            position_ids=(mask.cumsum(dim=1) - 1).clamp(min=0),
+            use_cache=True,
+            logits_to_keep=1,
+            **self._adapter_kwargs(group),
+        )
+        self.stats.prefill_calls += 1
+        self.stats.prefill_tokens += sum(lengths)
+        cache = output.past_key_values
+        for row, (sequence, length) in enumerate(zip(group, lengths, strict=True)):
+            if self._prefix_cache is not None:
+                first = width - length
+                layers = [
+                    (layer.keys[row : row + 1, :, first:].clone(), layer.values[row : row + 1, :, first:].clone())
+                    for layer in cache.layers
+                ]
+                self._prefix_cache.insert(sequence.prompt_token_ids, sequence.adapter, layers)
+            sequence.next_position = length
+        self._merge(group, cache, mask)
+        self._sample_rows(group, output.logits[:, -1, :])
+
+    def _merge(self, sequences: list[_Sequence], cache: Any, new_mask: torch.Tensor) -> None:
+        """Append prefilled sequences (their cache rows and left-padded mask) to the running batch,
+        left-padding whichever cache is shorter."""
+        length = new_mask.shape[1]
+        new_tokens = torch.zeros((len(sequences), 1), dtype=torch.long, device=self.device)
         if not self._running:
             self._cache, self._mask = cache, new_mask
-            self._running = [sequence]
-            self._last_tokens = torch.zeros((1, 1), dtype=torch.long)
+            self._running = list(sequences)
+            self._last_tokens = new_tokens
             return
         assert self._mask is not None and self._last_tokens is not None
         current = self._mask.shape[1]
@@ -498,16 +575,17 @@ class Engine:
                 torch.nn.functional.pad(new_mask, (target - length, 0)),
             ]
         )
-        self._running.append(sequence)
-        self._last_tokens = torch.cat([self._last_tokens, torch.zeros((1, 1), dtype=torch.long)])
+        self._running.extend(sequences)
+        self._last_tokens = torch.cat([self._last_tokens, new_tokens])
 
     @torch.inference_mode()
     def _decode_step(self) -> None:
         assert self._mask is not None and self._last_tokens is not None
         rows = list(self._running)
-        self._last_tokens = torch.tensor([[s.token_ids[-1]] for s in rows], dtype=torch.long)
-        positions = torch.tensor([[s.next_position] for s in rows], dtype=torch.long)
-        self._mask = torch.cat([self._mask, torch.ones((len(rows), 1), dtype=torch.long)], dim=1)
+        self._last_tokens = torch.tensor([[s.token_ids[-1]] for s in rows], dtype=torch.long, device=self.device)
+        positions = torch.tensor([[s.next_position] for s in rows], dtype=torch.long, device=self.device)
+        ones = torch.ones((len(rows), 1), dtype=torch.long, device=self.device)
+        self._mask = torch.cat([self._mask, ones], dim=1)
         output = self._forward_model()(
             input_ids=self._last_tokens,
             attention_mask=self._mask,
@@ -528,6 +606,9 @@ class Engine:
         self._retire_finished()
 
     def _sample_rows(self, rows: list[_Sequence], logits: torch.Tensor) -> None:
+        if self.device.type != "cpu":
+            self._sample_rows_on_device(rows, logits)
+            return
         raw_logprobs = torch.log_softmax(logits.float(), dim=-1)
         for row, sequence in enumerate(rows):
             if sequence.finish_reason is not None:
@@ -541,6 +622,29 @@ class Engine:
                 values, indices = torch.topk(raw_logprobs[row], sequence.params.top_logprobs)
                 top = list(zip(indices.tolist(), values.tolist(), strict=True))
             logprob = processed_logprob if self.logprobs_mode == "processed" else float(raw_logprobs[row, token])
+            self._append_token(sequence, token, logprob, top)
+
+    def _sample_rows_on_device(self, rows: list[_Sequence], logits: torch.Tensor) -> None:
+        """The whole batch at once on the accelerator, with one copy back to the host per step: per-row
+        sampling there pays a device round trip per row and token, which cost more than the forward pass."""
+        live: list[int] = []
+        for row, sequence in enumerate(rows):
+            if sequence.finish_reason is not None:
+                continue
+            if sequence.cancelled:
+                sequence.finish_reason = "abort"
+                continue
+            live.append(row)
+        if not live:
+            return
+        chosen = [rows[row] for row in live]
+        draws = sample_rows_on_device(
+            logits[live] if len(live) < len(rows) else logits,
+            [s.params for s in chosen],
+            [s.generator for s in chosen],
+        )
+        for sequence, (token, processed, raw, top) in zip(chosen, draws, strict=True):
+            logprob = processed if self.logprobs_mode == "processed" else raw
             self._append_token(sequence, token, logprob, top)
 
     def _append_token(self, sequence: _Sequence, token: int, logprob: float, top: list[tuple[int, float]]) -> None:
@@ -594,7 +698,7 @@ class Engine:
             self._running, self._cache, self._mask, self._last_tokens = [], None, None, None
             return
         assert self._mask is not None
-        index = torch.tensor(keep, dtype=torch.long)
+        index = torch.tensor(keep, dtype=torch.long, device=self.device)
         self._running = [self._running[i] for i in keep]
         self._mask = self._mask[index]
         used = torch.nonzero(self._mask.any(dim=0)).flatten()
@@ -655,11 +759,33 @@ def _strip_tuner_layers(model: torch.nn.Module) -> None:
             setattr(parent, child, module.get_base_layer())
 
 
+PREFILL_TOKENS_PER_PASS = 8192
+"""Padded prompt tokens one batched prefill may hold: bounds the activation memory of one pass."""
+
+
+def _prefill_groups(sequences: list[_Sequence]) -> list[list[_Sequence]]:
+    """Prompts of similar length together (little padding), each group within `PREFILL_TOKENS_PER_PASS`."""
+    groups: list[list[_Sequence]] = []
+    for sequence in sorted(sequences, key=lambda s: len(s.prompt_token_ids)):
+        group = groups[-1] if groups else None
+        # Sorted by length, so this sequence is the group's longest: the group's padded size is len x rows.
+        if group is not None and len(sequence.prompt_token_ids) * (len(group) + 1) <= PREFILL_TOKENS_PER_PASS:
+            group.append(sequence)
+        else:
+            groups.append([sequence])
+    return groups
+
+
 def _left_pad(tensor: torch.Tensor, length: int) -> torch.Tensor:
     missing = length - tensor.shape[-2]
     if missing <= 0:
         return tensor
     return torch.nn.functional.pad(tensor, (0, 0, missing, 0))
+
+
+def _resolve(future: asyncio.Future[list[StepUpdate]], updates: list[StepUpdate]) -> None:
+    if not future.done():
+        future.set_result(updates)
 
 
 def _collect(prompt_token_ids: list[int], updates: list[StepUpdate]) -> GenerationResult:

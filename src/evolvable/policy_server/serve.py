@@ -31,6 +31,8 @@ def serve(
     logprobs_mode: str = "raw",
     prefix_cache_mb: int = 512,
     lora: Sequence[str] = (),
+    device: str = "cpu",
+    dtype: str = "auto",
     on_loading: Callable[[str], None] = lambda _: None,
     on_serving: Callable[[str], None] = lambda _: None,
 ) -> None:
@@ -42,18 +44,21 @@ def serve(
     adapters = parse_adapters(lora)
     import uvicorn
 
-    from evolvable.model_loading import MODELS, load_base_model
+    from evolvable.model_loading import MODELS, load_base_model, resolve_device, resolve_dtype
     from evolvable.policy_server.app import create_app
     from evolvable.policy_server.engine import Engine
 
+    torch_device = resolve_device(device)  # before the slow load: a missing GPU fails at once
+    torch_dtype = resolve_dtype(dtype, torch_device)
     on_loading(model)
-    base, tokenizer = load_base_model(model)
+    base, tokenizer = load_base_model(model, dtype=torch_dtype, device=torch_device)
     engine = Engine(
         base, tokenizer, model_name=model, max_batch=max_batch, logprobs_mode=mode, prefix_cache_mb=prefix_cache_mb
     )
     for name, path in adapters:
         engine.load_adapter(name, path)
-    on_serving(f"serving {model} on http://{host}:{port}/v1 (max batch {max_batch})")
+    where = f"{torch_device} {str(torch_dtype).removeprefix('torch.')}"
+    on_serving(f"serving {model} on http://{host}:{port}/v1 (max batch {max_batch}, {where})")
     try:
         uvicorn.run(
             create_app(engine, aliases=(MODELS[model].display_name,)), host=host, port=port, log_level="warning"

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,10 +32,18 @@ from evolvable.protocol.models import (
     StepStatus,
     ToolCallStep,
     TrajectoryEnded,
-    TrajectoryHeader,
     TrajectoryStarted,
     TrajectoryStatus,
     Usage,
+)
+from evolvable.proxy.records import (
+    AnyRecord,
+    CallRecord,
+    EndRecord,
+    SessionRecord,
+    SignalRecord,
+    StepRecord,
+    run_header,
 )
 
 log = logging.getLogger("evolvable.proxy.capture")
@@ -259,54 +266,56 @@ def _usage(raw: Any) -> Usage | None:
 
 
 def _choice(raw: dict[str, Any]) -> CompletionChoice:
+    """One choice, validated in one pass from plain data (nested constructors cost about 1.5x the CPU)."""
     message = None
     if isinstance(raw.get("message"), dict):
-        m = dict(raw["message"])
-        m.setdefault("role", "assistant")
-        message = ChatMessage.model_validate(m)
+        message = dict(raw["message"])
+        message.setdefault("role", "assistant")
     ids = raw.get("token_ids")
     lps = raw.get("_logprob_values")
     if lps is None:
         lps = _token_logprobs(raw.get("logprobs"))
     if ids is not None and lps is not None and len(ids) != len(lps):
         lps = None  # misaligned engine output: keep the ids, drop what cannot be trusted
-    return CompletionChoice(
-        index=int(raw.get("index", 0)),
-        message=message,
-        text=raw.get("text") if message is None else None,
-        finish_reason=raw.get("finish_reason"),
-        completion_token_ids=list(ids) if ids is not None else None,
-        logprobs=lps,
+    return CompletionChoice.model_validate(
+        {
+            "index": int(raw.get("index", 0)),
+            "message": message,
+            "text": raw.get("text") if message is None else None,
+            "finish_reason": raw.get("finish_reason"),
+            "completion_token_ids": ids,
+            "logprobs": lps,
+        }
     )
 
 
-def build_llm_step(rec: dict[str, Any]) -> LLMCallStep:
+def build_llm_step(rec: CallRecord) -> LLMCallStep:
     """The llm_call step for one call record. Robust to malformed replies: they become error steps.
 
     Fields are gathered first and the model is built once (assignments would each be validated)."""
-    req: dict[str, Any] = rec.get("req") or {}
-    injected = set(rec.get("injected") or ())
-    endpoint = rec.get("ep", "chat")
-    latency = rec.get("lat")
-    metadata: dict[str, Any] = {k: v for k, v in (("upstream", rec.get("up")), ("client_model", rec.get("cm"))) if v}
-    if rec.get("wire"):
-        metadata["wire"] = rec["wire"]  # the protocol the client spoke (proxy.wire), its response id
-    if rec.get("sub") and rec.get("hv"):  # a sub-agent's call: its own harness version, not the session's
-        metadata["harness_version"] = rec["hv"]
+    req = rec.request
+    injected = set(rec.injected)
+    endpoint = rec.endpoint
+    latency = rec.latency_ms
+    metadata: dict[str, Any] = {k: v for k, v in (("upstream", rec.upstream), ("client_model", rec.client_model)) if v}
+    if rec.wire:
+        metadata["wire"] = rec.wire  # the protocol the client spoke (proxy.wire), its response id
+    if rec.sub_agent and rec.harness_version:  # a sub-agent's call: its own harness version, not the session's
+        metadata["harness_version"] = rec.harness_version
     fields: dict[str, Any] = {
-        "id": llm_step_id(rec["rid"]),
-        "agent": rec.get("agent"),
-        "started_at": _ts(rec.get("t0")),
-        "ended_at": datetime.fromtimestamp(rec["t0"] + latency / 1000.0, UTC) if rec.get("t0") and latency else None,
+        "id": llm_step_id(rec.request_id),
+        "agent": rec.agent,
+        "started_at": _ts(rec.started),
+        "ended_at": datetime.fromtimestamp(rec.started + latency / 1000.0, UTC) if rec.started and latency else None,
         "endpoint": endpoint,
         "model": req.get("model"),
         "tools": req.get("tools"),
         "sampling": {k: v for k, v in req.items() if k not in _NOT_SAMPLING and k not in injected},
-        "stream": bool(rec.get("stream")),
-        "policy_version": rec.get("pv"),
+        "stream": rec.stream,
+        "policy_version": rec.policy_version,
         "latency_ms": latency,
-        "time_to_first_token_ms": rec.get("ttft"),
-        "request_id": rec["rid"],
+        "time_to_first_token_ms": rec.ttft_ms,
+        "request_id": rec.request_id,
         "metadata": metadata,
     }
     if endpoint == "chat":
@@ -322,15 +331,16 @@ def build_llm_step(rec: dict[str, Any]) -> LLMCallStep:
     else:
         prompt = req.get("prompt")
         fields["prompt"] = prompt if isinstance(prompt, str) else orjson.dumps(prompt).decode() if prompt else None
-    reply = rec.get("resp")
-    if reply is None and rec.get("sse") is not None:
-        reply = assemble_stream(rec["sse"]) if not rec.get("sse_wire") else _native_stream(rec["sse_wire"], rec["sse"])
+    reply = rec.reply
+    if reply is None and rec.sse is not None:
+        reply = assemble_stream(rec.sse) if not rec.sse_wire else _native_stream(rec.sse_wire, rec.sse)
+    err = rec.error
     if isinstance(reply, dict):
         choices: list[CompletionChoice] = []
         try:
             choices = [_choice(c) for c in reply.get("choices") or () if isinstance(c, dict)]
-        except (ValidationError, TypeError, ValueError) as err:
-            rec.setdefault("err", {"type": "malformed_reply", "message": f"cannot parse choices: {err}"})
+        except (ValidationError, TypeError, ValueError) as parse_error:
+            err = err or {"type": "malformed_reply", "message": f"cannot parse choices: {parse_error}"}
         fields["choices"] = choices
         fields["response_id"] = reply.get("id") if isinstance(reply.get("id"), str) else None
         fields["model"] = reply.get("model") or fields["model"]
@@ -342,38 +352,29 @@ def build_llm_step(rec: dict[str, Any]) -> LLMCallStep:
         fields["prompt_token_ids"] = list(ptids) if isinstance(ptids, list) else None
         if reply.get("_malformed_chunks"):
             metadata["malformed_chunks"] = reply["_malformed_chunks"]
-    failure = rec.get("err")
-    if failure:
+    if err:
         fields["status"] = StepStatus.error
         fields["error"] = ErrorInfo(
-            type=str(failure.get("type") or "error"),
-            message=str(failure.get("message") or ""),
-            status_code=failure.get("status"),
+            type=str(err.get("type") or "error"), message=str(err.get("message") or ""), status_code=err.get("status")
         )
     return LLMCallStep(**fields)
 
 
 class Converter:
-    """Turns raw records into events, remembering per trajectory which llm_call requested which tool
-    call (bounded LRU; after a restart `lookup` rebuilds a trajectory's index from the store)."""
+    """Turns capture records into events, remembering per trajectory which llm_call requested which tool
+    call (bounded LRU). It never reads the store: after a restart, a tool result whose call was made
+    before it is still linked by name and arguments from the conversation the request carries (the
+    assistant message that asked for it), only its `llm_step_id` stays unknown."""
 
-    def __init__(self, lookup: Callable[[str], list[LLMCallStep]] | None = None, max_trajectories: int = 10_000):
-        self._lookup = lookup
+    def __init__(self, max_trajectories: int = 10_000):
         self._max = max_trajectories
-        self._tool_index: OrderedDict[str, dict[str, tuple[str, str, str]]] = OrderedDict()
+        self._tool_index: OrderedDict[str, dict[str, tuple[str | None, str, str | None]]] = OrderedDict()
         self._seen_tools: OrderedDict[str, set[str]] = OrderedDict()
 
-    def _index(self, trajectory_id: str) -> dict[str, tuple[str, str, str]]:
+    def _index(self, trajectory_id: str) -> dict[str, tuple[str | None, str, str | None]]:
         index = self._tool_index.get(trajectory_id)
         if index is None:
-            index = {}
-            if self._lookup is not None:
-                try:
-                    for step in self._lookup(trajectory_id):
-                        self._remember(index, step)
-                except Exception:  # the trajectory may not exist yet; linking degrades, capture does not
-                    log.debug("no stored steps for %s", trajectory_id, exc_info=True)
-            self._tool_index[trajectory_id] = index
+            index = self._tool_index[trajectory_id] = {}
             while len(self._tool_index) > self._max:
                 self._tool_index.popitem(last=False)
         else:
@@ -381,7 +382,7 @@ class Converter:
         return index
 
     @staticmethod
-    def _remember(index: dict[str, tuple[str, str, str]], step: LLMCallStep) -> None:
+    def _remember(index: dict[str, tuple[str | None, str, str | None]], step: LLMCallStep) -> None:
         for choice in step.choices:
             for tc in (choice.message.tool_calls or []) if choice.message else []:
                 index[tc.id] = (step.id, tc.function.name, tc.function.arguments)
@@ -394,92 +395,75 @@ class Converter:
                 self._seen_tools.popitem(last=False)
         return seen
 
-    def convert(self, rec: dict[str, Any]) -> list[Event]:
-        kind = rec.get("t")
-        tid, tenant = rec["traj"], rec.get("tenant", "default")
-        at = _ts(rec.get("at") or rec.get("t0"))
-        if kind == "session":
-            header = TrajectoryHeader(
-                id=tid,
-                tenant_id=tenant,
-                agent=rec.get("agent") or "default",
-                end_user=rec.get("end_user"),
-                harness_version=rec.get("hv"),
-                policy_version=rec.get("pv"),
-                task_id=rec.get("task_id"),
-                task_input=rec.get("task_input"),
-                started_at=at,
-                metadata=rec.get("metadata") or {},
-            )
-            return [TrajectoryStarted(event_id=f"{tid}:start", trajectory_id=tid, tenant_id=tenant, header=header)]
-        if kind == "call":
-            return self._call_events(rec, tid, tenant, at)
-        if kind == "step":
-            step = _STEP_ADAPTER.validate_python(rec["step"])
+    def convert(self, rec: AnyRecord) -> list[Event]:
+        tid, tenant = rec.trajectory_id, rec.tenant_id
+        if isinstance(rec, SessionRecord):
+            return [
+                TrajectoryStarted(event_id=f"{tid}:start", trajectory_id=tid, tenant_id=tenant, header=rec.header())
+            ]
+        if isinstance(rec, CallRecord):
+            return self._call_events(rec, tid, tenant, _ts(rec.at or rec.started))
+        if isinstance(rec, StepRecord):
+            step = _STEP_ADAPTER.validate_python(rec.step)
             if isinstance(step, ToolCallStep) and step.tool_call_id:
                 self._seen(tid).add(step.tool_call_id)
                 if step.llm_step_id is None:  # link an explicit report to the call that requested it
                     linked = self._index(tid).get(step.tool_call_id)
-                    if linked is not None:
+                    if linked is not None and linked[0] is not None:
                         step.llm_step_id = step.parent_step_id = linked[0]
             return [StepAppended(event_id=f"{tid}:{step.id}", trajectory_id=tid, tenant_id=tenant, step=step)]
-        if kind == "signal":
-            signal = Signal.model_validate(rec["signal"])
+        if isinstance(rec, SignalRecord):
+            signal = Signal.model_validate(rec.signal)
             return [SignalAttached(event_id=f"{tid}:{signal.id}", trajectory_id=tid, tenant_id=tenant, signal=signal)]
-        if kind == "end":
-            events: list[Event] = []
-            if rec.get("outcome") is not None:
-                signal = Signal(
-                    id=f"sig_outcome_{rec['id']}",
-                    kind=SignalKind.outcome,
-                    value=float(rec["outcome"]),
-                    source=rec.get("source") or "session_end",
-                    created_at=at,
-                )
-                events.append(
-                    SignalAttached(event_id=f"{tid}:{signal.id}", trajectory_id=tid, tenant_id=tenant, signal=signal)
-                )
-            events.append(
-                TrajectoryEnded(
-                    event_id=f"{tid}:end",
-                    trajectory_id=tid,
-                    tenant_id=tenant,
-                    status=TrajectoryStatus(rec["status"]),
-                    ended_at=at,
-                    metadata={"end_reason": rec["reason"]} if rec.get("reason") else {},
-                )
-            )
-            return events
-        raise ValueError(f"unknown spool record type {kind!r}")
+        return self._end_events(rec, tid, tenant, _ts(rec.at))
 
-    def _call_events(self, rec: dict[str, Any], tid: str, tenant: str, at: datetime) -> list[Event]:
+    @staticmethod
+    def _end_events(rec: EndRecord, tid: str, tenant: str, at: datetime) -> list[Event]:
+        events: list[Event] = []
+        if rec.outcome is not None:
+            signal = Signal(
+                id=f"sig_outcome_{rec.id}",
+                kind=SignalKind.outcome,
+                value=float(rec.outcome),
+                source=rec.source or "session_end",
+                created_at=at,
+            )
+            events.append(
+                SignalAttached(event_id=f"{tid}:{signal.id}", trajectory_id=tid, tenant_id=tenant, signal=signal)
+            )
+        events.append(
+            TrajectoryEnded(
+                event_id=f"{tid}:end",
+                trajectory_id=tid,
+                tenant_id=tenant,
+                status=TrajectoryStatus(rec.status),
+                ended_at=at,
+                metadata={"end_reason": rec.reason} if rec.reason else {},
+            )
+        )
+        return events
+
+    def _call_events(self, rec: CallRecord, tid: str, tenant: str, at: datetime) -> list[Event]:
         step = build_llm_step(rec)
         events: list[Event] = []
-        standalone = rec.get("sess") is None
+        standalone = rec.session_id is None
         if standalone:
-            header = TrajectoryHeader(
-                id=tid,
-                tenant_id=tenant,
-                agent=rec.get("agent") or "default",
-                end_user=rec.get("end_user"),
-                harness_version=rec.get("hv"),
-                policy_version=rec.get("pv"),
-                started_at=at,
-                metadata={"session": "none"},
-            )
+            header = run_header(rec, started_at=rec.at or rec.started, metadata={"session": "none"})
             events.append(
                 TrajectoryStarted(event_id=f"{tid}:start", trajectory_id=tid, tenant_id=tenant, header=header)
             )
         else:
             index, seen = self._index(tid), self._seen(tid)
+            asked = _asked_in_conversation(rec.request)
             for m in step.request_messages:
                 if m.role != "tool" or not m.tool_call_id or m.tool_call_id in seen:
                     continue
                 seen.add(m.tool_call_id)
-                llm_id, name, arguments = index.get(m.tool_call_id, (None, m.name or "unknown", None))
+                fallback = asked.get(m.tool_call_id, (None, m.name or "unknown", None))
+                llm_id, name, arguments = index.get(m.tool_call_id, fallback)
                 tool = ToolCallStep(
                     id=tool_step_id(tid, m.tool_call_id),
-                    agent=rec.get("agent"),
+                    agent=rec.agent,
                     parent_step_id=llm_id,
                     started_at=at,
                     tool_name=name,
@@ -505,6 +489,24 @@ class Converter:
                 )
             )
         return events
+
+
+def _asked_in_conversation(request: dict[str, Any]) -> dict[str, tuple[str | None, str, str | None]]:
+    """Tool calls the assistant messages of a request's conversation asked for: (None, name, arguments)."""
+    asked: dict[str, tuple[str | None, str, str | None]] = {}
+    for m in request.get("messages") or ():
+        if not isinstance(m, dict) or m.get("role") != "assistant":
+            continue
+        for tc in m.get("tool_calls") or ():
+            fn = tc.get("function") if isinstance(tc, dict) else None
+            if isinstance(fn, dict) and isinstance(tc.get("id"), str):
+                arguments = fn.get("arguments")
+                asked[tc["id"]] = (
+                    None,
+                    str(fn.get("name") or "unknown"),
+                    arguments if isinstance(arguments, str) else None,
+                )
+    return asked
 
 
 def _native_stream(protocol: str, sse_text: str) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+import msgspec
 import orjson
 
 from evolvable.errors import (
@@ -36,6 +37,7 @@ from evolvable.proxy.config import UpstreamConfig
 from evolvable.proxy.hooks import Principal, Role, SessionContext
 from evolvable.proxy.limits import BodyTooLarge, ClientGone, InvalidInput, check_completion_body, read_body
 from evolvable.proxy.metrics import UPSTREAM_SCOPE_KEY
+from evolvable.proxy.records import CallRecord
 from evolvable.proxy.runtime import ProxyRuntime, step_record
 from evolvable.proxy.sessions import KEY_PREFIX, Session
 from evolvable.proxy.wire.base import WireCall
@@ -183,31 +185,30 @@ class CompletionsEndpoint:
                 session.versions_recorded = True
                 session.harness_version, session.policy_version = harness_version, policy_version
 
-        record: dict[str, Any] = {
-            "t": "call",
-            "id": request_id,
-            "rid": request_id,
-            "traj": trajectory_id,
-            "tenant": principal.tenant_id,
-            "sess": session.id if session else None,
-            "agent": agent,
-            "end_user": end_user,
-            "ep": endpoint,
-            "req": body,
-            "injected": injected,
-            "cm": client_model if client_model != model else None,
-            "up": upstream.name,
-            "hv": harness_version,
-            "pv": policy_version,
-            "setv": first_versions,
-            "sub": session is not None and agent != session.agent,
-            "stream": stream,
-            "t0": time.time(),
-        }
+        record = CallRecord(
+            id=request_id,
+            request_id=request_id,
+            trajectory_id=trajectory_id,
+            tenant_id=principal.tenant_id,
+            session_id=session.id if session else None,
+            agent=agent,
+            end_user=end_user,
+            endpoint=endpoint,
+            request=body,
+            injected=injected,
+            client_model=client_model if client_model != model else None,
+            upstream=upstream.name,
+            harness_version=harness_version,
+            policy_version=policy_version,
+            first_versions=first_versions,
+            sub_agent=session is not None and agent != session.agent,
+            stream=stream,
+            started=time.time(),
+        )
         path = "/v1/chat/completions" if endpoint == "chat" else "/v1/completions"
         up_headers = rt.upstream.headers(upstream, forward_bearer)
         if wire is not None:
-            record["wire"] = wire.record(request_id, native is not None)
+            record.wire = wire.record(request_id, native is not None)
         if native is not None:
             path, send_body, up_headers = (
                 native.native_path,
@@ -226,10 +227,10 @@ class CompletionsEndpoint:
         except UpstreamError as err:
             await self._answer_failure(err, send, record, t_start, t_up, ids_header)
             return
-        injected = record["injected"]
+        injected = record.injected
         if stream and resp.status == 200 and resp.content_type == "text/event-stream":
             if native is not None:
-                record["sse_wire"] = native.protocol
+                record.sse_wire = native.protocol
             await self._stream(
                 resp, receive, send, record, t_start, t_up, ids_header, keep_ids, keep_lps, bool(injected)
             )
@@ -350,13 +351,13 @@ class CompletionsEndpoint:
         send_body: dict[str, Any] | bytes,
         body: dict[str, Any],
         headers: dict[str, str],
-        record: dict[str, Any],
+        record: CallRecord,
     ) -> aiohttp.ClientResponse:
         """Send the call. An upstream that refuses the injected token fields (400, `token_capture: auto`)
         is retried once without them and remembered; if it refuses that too, its first answer stands."""
         rt = self.rt
         resp = await rt.upstream.post(upstream, path, orjson.dumps(send_body), headers)
-        if resp.status != 400 or not record["injected"] or upstream.token_capture != "auto":
+        if resp.status != 400 or not record.injected or upstream.token_capture != "auto":
             return resp
         first_error = await resp.read()
         resp.release()
@@ -366,14 +367,14 @@ class CompletionsEndpoint:
             raise UpstreamError(first_error.decode("utf-8", "replace"), status_code=400, error_type="upstream_400")
         rt.upstream.state[upstream.name].accepts_token_fields = False
         log.info("upstream %s rejects token-capture fields; not asking again", upstream.name)
-        record["injected"] = []
+        record.injected = []
         return resp
 
     async def _answer_failure(
         self,
         err: UpstreamError,
         send: Any,
-        record: dict[str, Any],
+        record: CallRecord,
         t_start: float,
         t_up: float,
         ids_header: list[tuple[bytes, bytes]],
@@ -386,7 +387,8 @@ class CompletionsEndpoint:
             payload = _error_payload(err.args[0].encode(), 400)
         else:
             payload = openai_error_body(str(err), "upstream_error", err.error_type)
-        record.update(lat=_ms(t_end - t_up), err={"type": err.error_type, "message": str(err)[:2000], "status": status})
+        record.latency_ms = _ms(t_end - t_up)
+        record.error = {"type": err.error_type, "message": str(err)[:2000], "status": status}
         if not await self.rt.spool_record(record) and self.rt.fails_closed:
             status, payload = 503, _CAPTURE_UNAVAILABLE
         overhead = _ms((time.perf_counter() - t_start) - (t_end - t_up))
@@ -396,7 +398,7 @@ class CompletionsEndpoint:
         self,
         resp: aiohttp.ClientResponse,
         send: Any,
-        record: dict[str, Any],
+        record: CallRecord,
         t_start: float,
         t_up: float,
         ids_header: list[tuple[bytes, bytes]],
@@ -421,12 +423,12 @@ class CompletionsEndpoint:
         if isinstance(read_error, ReplyTooLarge):
             status = 502
             out = openai_error_body(str(read_error), "upstream_error", "upstream_reply_too_large")
-            record["err"] = {"type": "upstream_reply_too_large", "message": str(read_error), "status": status}
+            record.error = {"type": "upstream_reply_too_large", "message": str(read_error), "status": status}
         elif read_error is not None:
             status = 504 if isinstance(read_error, TimeoutError) else 502
             etype = "upstream_timeout" if status == 504 else "upstream_error"
             out = openai_error_body(f"upstream failed while sending its reply: {read_error!r}", "upstream_error", etype)
-            record["err"] = {"type": etype, "message": repr(read_error), "status": status}
+            record.error = {"type": etype, "message": repr(read_error), "status": status}
         elif status == 200:
             try:
                 reply = orjson.loads(raw)
@@ -439,25 +441,26 @@ class CompletionsEndpoint:
                 out = openai_error_body(
                     "upstream returned a malformed reply", "upstream_error", "upstream_malformed_reply"
                 )
-                record["err"] = {
+                record.error = {
                     "type": "upstream_malformed_reply",
                     "message": raw[:500].decode("utf-8", "replace"),
                     "status": 502,
                 }
             else:
-                record["resp"] = reply
+                # The bytes as they came (no re-serialization); a native reply in the chat form it amounts to.
+                record.reply = msgspec.Raw(raw) if native is None else reply
                 if injected and not (keep_ids and keep_lps) and has_token_fields(raw):
                     shown = orjson.loads(raw)
                     strip_token_fields(shown, keep_ids, keep_lps)
                     out = orjson.dumps(shown)
         else:
             out = _error_payload(raw, status)
-            record["err"] = {
+            record.error = {
                 "type": "upstream_error",
                 "message": raw[:2000].decode("utf-8", "replace"),
                 "status": status,
             }
-        record["lat"] = _ms(t_up_done - t_up)
+        record.latency_ms = _ms(t_up_done - t_up)
         if not await self.rt.spool_record(record) and self.rt.fails_closed:
             status, out = 503, _CAPTURE_UNAVAILABLE
         t_end = time.perf_counter()
@@ -469,7 +472,7 @@ class CompletionsEndpoint:
         resp: aiohttp.ClientResponse,
         receive: Any,
         send: Any,
-        record: dict[str, Any],
+        record: CallRecord,
         t_start: float,
         t_up: float,
         ids_header: list[tuple[bytes, bytes]],
@@ -515,7 +518,7 @@ class CompletionsEndpoint:
                 chunks.append(chunk)
                 out = stripper.feed(chunk) if stripper is not None else chunk
                 if disconnected.is_set():
-                    record["err"] = {
+                    record.error = {
                         "type": "client_disconnected",
                         "message": "client disconnected mid-stream",
                         "status": 499,
@@ -523,7 +526,7 @@ class CompletionsEndpoint:
                     break
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
-            if stripper is not None and "err" not in record:
+            if stripper is not None and record.error is None:
                 rest = stripper.flush()
                 if rest:
                     await send({"type": "http.response.body", "body": rest, "more_body": True})
@@ -535,7 +538,7 @@ class CompletionsEndpoint:
                 if isinstance(err, ReplyTooLarge)
                 else "upstream_stream_error"
             )
-            record["err"] = {"type": etype, "message": repr(err), "status": 502}
+            record.error = {"type": etype, "message": repr(err), "status": 502}
             await send(
                 {
                     "type": "http.response.body",
@@ -549,12 +552,12 @@ class CompletionsEndpoint:
             resp.release()
             watcher.cancel()
         t_done = time.perf_counter()
-        if disconnected.is_set() and "err" not in record and ttft is None:
-            record["err"] = {"type": "client_disconnected", "message": "client disconnected mid-stream", "status": 499}
-        record["sse"] = b"".join(chunks).decode("utf-8", "replace")
-        record["lat"] = _ms(t_done - t_up)
+        if disconnected.is_set() and record.error is None and ttft is None:
+            record.error = {"type": "client_disconnected", "message": "client disconnected mid-stream", "status": 499}
+        record.sse = b"".join(chunks).decode("utf-8", "replace")
+        record.latency_ms = _ms(t_done - t_up)
         if ttft is not None:
-            record["ttft"] = _ms(ttft - t_up)
+            record.ttft_ms = _ms(ttft - t_up)
         # The stream ends only once the call is captured: a client that saw the end saw a captured call.
         if not await self.rt.spool_record(record) and self.rt.fails_closed:
             await send(

@@ -91,6 +91,9 @@ class ProxyConfig:
     writer_nice: int = 10
     writer_batch_size: int = 256
     writer_idle_s: float = 0.05
+    deadletter_max_age_s: float = 7 * 24 * 3600.0
+    """Quarantined records (raw, unredacted) not replayed or discarded within this age are deleted, counted
+    and logged by the writer."""
     max_body_bytes: int = 16 * 1024 * 1024
     """Largest request body accepted on any endpoint (413 past it, refused while reading)."""
     max_upstream_reply_bytes: int = 64 * 1024 * 1024
@@ -133,6 +136,8 @@ class ProxyConfig:
             raise ConfigError(f"capture_on_failure must be closed or open, not {self.capture_on_failure!r}")
         if self.spool_max_segment_age_s <= 0:
             raise ConfigError("spool_max_segment_age_s must be positive")
+        if self.deadletter_max_age_s <= 0:
+            raise ConfigError("deadletter_max_age_s must be positive")
         if self.writer_mode not in ("process", "thread"):
             raise ConfigError(f"writer_mode must be process or thread, not {self.writer_mode!r}")
         if min(self.max_body_bytes, self.spool_queue_size, self.max_upstream_reply_bytes) <= 0:
@@ -161,6 +166,7 @@ _SCALAR_KEYS = {
     "writer_nice": int,
     "writer_batch_size": int,
     "writer_idle_s": float,
+    "deadletter_max_age_s": float,
     "max_body_bytes": int,
     "max_upstream_reply_bytes": int,
     "read_your_writes_timeout_s": float,

@@ -5,11 +5,16 @@ goes on. Entries are files (one per record, written by rename) under `<spool>/de
 writer process, the proxy and the offline CLI all see the same entries. An admin lists them (without
 their content: it is unredacted), replays them into the spool after a fix, or discards them; purges
 cover them like the spool.
+
+Entries hold raw, unredacted records, so they do not stay forever: an entry older than `max_age_s`
+(default 7 days, `ProxyConfig.deadletter_max_age_s`) is deleted, counted in `expired` and logged. The
+writer asks for that at most once a minute (`expire_due`), also while nothing new is quarantined.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -22,6 +27,14 @@ import orjson
 from evolvable.protocol.models import new_id
 
 _SUFFIX = ".dlq"
+
+DEFAULT_MAX_AGE_S = 7 * 24 * 3600.0
+"""How long a quarantined (raw) record is kept for an admin to replay or discard."""
+
+EXPIRE_INTERVAL_S = 60.0
+"""How often the writer looks for expired entries (a tenth of the maximum age when that is shorter)."""
+
+log = logging.getLogger("evolvable.proxy.deadletter")
 
 
 @dataclass(frozen=True)
@@ -60,8 +73,59 @@ def _fields(payload: bytes) -> dict[str, Any]:
 class DeadLetter:
     """The quarantine directory of one spool."""
 
-    def __init__(self, spool_dir: Path) -> None:
+    def __init__(
+        self, spool_dir: Path, *, max_age_s: float = DEFAULT_MAX_AGE_S, clock: Callable[[], float] = time.time
+    ) -> None:
+        if max_age_s <= 0:
+            raise ValueError("max_age_s must be positive")
         self.directory = Path(spool_dir) / "deadletter"
+        self.max_age_s = max_age_s
+        self.expired = 0
+        """Entries deleted by `expire` in this process's lifetime."""
+        self._clock = clock
+        self._next_expiry = 0.0
+
+    def expire(self) -> int:
+        """Delete entries quarantined more than `max_age_s` ago (their raw content included); logs how many."""
+        if not self.directory.exists():
+            return 0
+        cutoff = self._clock() - self.max_age_s
+        dropped = 0
+        for path in [*self.directory.glob(f"*{_SUFFIX}"), *self.directory.glob("*.tmp")]:
+            if self._quarantined_at(path) < cutoff:
+                path.unlink(missing_ok=True)
+                dropped += 1
+        if dropped:
+            self.expired += dropped
+            log.warning(
+                "deleted %d quarantined record(s) older than %.1f days (never replayed; they held raw data)",
+                dropped,
+                self.max_age_s / 86400,
+            )
+        return dropped
+
+    @staticmethod
+    def _quarantined_at(path: Path) -> float:
+        """The entry's own timestamp; the file's mtime for one that does not parse (a write cut short)."""
+        try:
+            if path.suffix == _SUFFIX:
+                with contextlib.suppress(orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                    return float(orjson.loads(path.read_bytes())["quarantined_at"])
+            return path.stat().st_mtime
+        except FileNotFoundError:  # replayed or discarded meanwhile
+            return float("inf")
+
+    def expire_due(self) -> int:
+        """`expire`, at most once every EXPIRE_INTERVAL_S (cheap to call from a loop)."""
+        now = self._clock()
+        if now < self._next_expiry:
+            return 0
+        self._next_expiry = now + min(EXPIRE_INTERVAL_S, self.max_age_s / 10)
+        try:
+            return self.expire()
+        except OSError:  # retried at the next interval; capture goes on meanwhile
+            log.exception("could not delete expired quarantined records in %s", self.directory)
+            return 0
 
     def add(self, payload: bytes, error: str) -> DeadLetterEntry:
         """Quarantine one record (durably: write, fsync, rename)."""
@@ -73,7 +137,7 @@ class DeadLetter:
             kind=_text(rec.get("t")),
             trajectory_id=_text(rec.get("traj")),
             error=error[:2000],
-            quarantined_at=time.time(),
+            quarantined_at=self._clock(),
             size=len(payload),
         )
         document = orjson.dumps({**entry.as_dict(), "payload": payload.decode("utf-8", "replace")})

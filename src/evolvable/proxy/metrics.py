@@ -11,6 +11,7 @@ import contextlib
 import time
 from typing import TYPE_CHECKING, Any
 
+from evolvable.proxy.records import CallRecord, CaptureRecord
 from evolvable.telemetry import metrics
 
 if TYPE_CHECKING:
@@ -96,18 +97,18 @@ async def observed(app: ASGIApp, scope: dict[str, Any], receive: Receive, send: 
                 overhead.observe(float(seen[1]) / 1000.0)
 
 
-def observe_capture(record: dict[str, Any]) -> None:
+def observe_capture(record: CaptureRecord) -> None:
     """A capture record on its way to the spool: upstream latency and time to first token of a call."""
-    if record.get("t") != "call":
+    if not isinstance(record, CallRecord):
         return
-    upstream = record.get("up") or ""
+    upstream = record.upstream or ""
     series = _upstream_series.get(upstream)
     if series is None:
         series = _upstream_series[upstream] = (
             metrics.UPSTREAM_LATENCY.labels(upstream),
             metrics.TIME_TO_FIRST_TOKEN.labels(upstream),
         )
-    if record.get("lat") is not None:
-        series[0].observe(record["lat"] / 1000.0)
-    if record.get("ttft") is not None:
-        series[1].observe(record["ttft"] / 1000.0)
+    if record.latency_ms is not None:
+        series[0].observe(record.latency_ms / 1000.0)
+    if record.ttft_ms is not None:
+        series[1].observe(record.ttft_ms / 1000.0)

@@ -37,6 +37,7 @@ from evolvable.protocol.models import (
 from evolvable.proxy.capture import tool_step_id
 from evolvable.proxy.hooks import Principal, Role, SessionContext
 from evolvable.proxy.limits import InvalidInput, check_depth, check_storable
+from evolvable.proxy.records import CaptureRecord, EndRecord, SessionRecord, SignalRecord
 from evolvable.proxy.runtime import ProxyRuntime, step_record
 from evolvable.proxy.sessions import KEY_PREFIX, Session, new_session_id
 from evolvable.store import InvalidCursor, TrajectoryFilter
@@ -152,7 +153,7 @@ async def _parse(request: Request, model: type[BaseModel]) -> Any:
     return parsed
 
 
-async def _capture(rt: ProxyRuntime, record: dict[str, Any]) -> None:
+async def _capture(rt: ProxyRuntime, record: CaptureRecord) -> None:
     """Spool a record written through the API; 503 when it cannot be (and capture fails closed)."""
     if not await rt.spool_record(record) and rt.fails_closed:
         raise Unavailable("the write could not be recorded (capture storage unavailable)", code="capture_unavailable")
@@ -207,20 +208,19 @@ async def create_session(request: Request) -> Response:
         raise Unavailable(f"cannot create the session: {err}") from None
     await _capture(
         rt,
-        {
-            "t": "session",
-            "id": session.id,
-            "traj": session.id,
-            "tenant": session.tenant_id,
-            "agent": session.agent,
-            "end_user": session.end_user,
-            "task_id": session.task_id,
-            "task_input": spec.task_input,
-            "metadata": spec.metadata,
-            "hv": harness_version,
-            "pv": policy_version,
-            "at": session.created_at.timestamp(),
-        },
+        SessionRecord(
+            id=session.id,
+            trajectory_id=session.id,
+            tenant_id=session.tenant_id,
+            agent=session.agent,
+            end_user=session.end_user,
+            task_id=session.task_id,
+            task_input=spec.task_input,
+            metadata=spec.metadata,
+            harness_version=harness_version,
+            policy_version=policy_version,
+            at=session.created_at.timestamp(),
+        ),
     )
     metrics.SESSIONS_STARTED.inc()
     return _json(
@@ -296,7 +296,7 @@ async def add_signals(session_id: str, request: Request) -> Response:
             if step_id is None:
                 ref = f"tool_call_id {s.tool_call_id}" if s.tool_call_id else f"response_id {s.response_id}"
                 raise ResourceNotFound(f"no step with {ref} in session {session.id}", code="step_not_found")
-        signal = {
+        signal: dict[str, Any] = {
             "id": new_id("sig"),
             "kind": s.kind.value,
             "value": s.value,
@@ -311,14 +311,13 @@ async def add_signals(session_id: str, request: Request) -> Response:
     for signal in records:
         await _capture(
             rt,
-            {
-                "t": "signal",
-                "id": signal["id"],
-                "traj": session.id,
-                "tenant": session.tenant_id,
-                "end_user": session.end_user,
-                "signal": signal,
-            },
+            SignalRecord(
+                id=signal["id"],
+                trajectory_id=session.id,
+                tenant_id=session.tenant_id,
+                end_user=session.end_user,
+                signal=signal,
+            ),
         )
     return _json({"signal_ids": [s["id"] for s in records]}, 201)
 
@@ -330,18 +329,17 @@ async def end_session(
     await asyncio.to_thread(rt.sessions.end, session, status)
     metrics.SESSIONS_ENDED.labels(status).inc()
     return await rt.spool_record(
-        {
-            "t": "end",
-            "id": new_id("end"),
-            "traj": session.id,
-            "sess": session.id,
-            "tenant": session.tenant_id,
-            "end_user": session.end_user,
-            "status": status,
-            "outcome": outcome,
-            "reason": reason,
-            "at": time.time(),
-        }
+        EndRecord(
+            id=new_id("end"),
+            trajectory_id=session.id,
+            session_id=session.id,
+            tenant_id=session.tenant_id,
+            end_user=session.end_user,
+            status=status,
+            outcome=outcome,
+            reason=reason,
+            at=time.time(),
+        )
     )
 
 

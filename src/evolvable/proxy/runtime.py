@@ -26,12 +26,17 @@ from evolvable.proxy.hooks import (
     RequestRewriter,
 )
 from evolvable.proxy.metrics import observe_capture
+from evolvable.proxy.records import CaptureRecord, StepRecord
+from evolvable.proxy.records import encode as encode_record
 from evolvable.proxy.sessions import Session, SessionManager
 from evolvable.proxy.spool import Spool
 from evolvable.proxy.upstream import UpstreamClient
 from evolvable.proxy.writer import BackgroundWriter, WriterRunner, WriterStats
 from evolvable.store import Store
 from evolvable.telemetry.metrics import configure_writer_snapshot
+
+GC_YOUNG_THRESHOLD = 7000
+"""Allocations between young-generation collections in the serving proxy (CPython's default: 700)."""
 
 log = logging.getLogger("evolvable.proxy")
 
@@ -53,7 +58,7 @@ class ProxyRuntime:
         self.authenticator: Authenticator = authenticator or OpenAuthenticator()
         self.authenticator_is_open = authenticator is None
         self.rewriter = rewriter
-        self.sessions = SessionManager(store)
+        self.sessions = SessionManager(store, getattr(self.governor, "redact_identifiers", None))
         if config.spool_dir is None:
             from evolvable.settings import get_settings
 
@@ -75,6 +80,7 @@ class ProxyRuntime:
             self.writer_stats,
             batch_size=config.writer_batch_size,
             idle_s=config.writer_idle_s,
+            deadletter_max_age_s=config.deadletter_max_age_s,
         )
         self.deadletter = self.writer.deadletter
         self.writer_runner = WriterRunner(self.writer, mode=config.writer_mode, nice=config.writer_nice)
@@ -105,9 +111,9 @@ class ProxyRuntime:
         check = getattr(self.authenticator, "key_active", None)
         return True if check is None else bool(await asyncio.to_thread(check, session.minted_by))
 
-    async def spool_record(self, record: dict[str, Any]) -> bool:
+    async def spool_record(self, record: CaptureRecord) -> bool:
         observe_capture(record)
-        return await self.spool_record_bytes(orjson.dumps(record, default=str), record.get("id"))
+        return await self.spool_record_bytes(encode_record(record), record.id)
 
     async def spool_record_bytes(self, payload: bytes, record_id: Any = None) -> bool:
         """Spool a capture record; True once it is safe (in the segment file, or queued when
@@ -181,6 +187,9 @@ class ProxyRuntime:
         # process: keep it out of the cyclic GC, whose full collections otherwise show up as p99 spikes.
         gc.collect()
         gc.freeze()
+        # Every young-generation collection of the serving proxy cost ~20 ms of CPU however little it
+        # collected (docs/PERFORMANCE.md, capture path): a stall in the c=1 p99. Collect it 10x less often.
+        gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
 
     def _open_durable_parts(self) -> None:
         self.spool.open()
@@ -200,17 +209,16 @@ class ProxyRuntime:
         self.writer_runner.stop()
 
 
-def step_record(session: Session, step: Step, at: float) -> dict[str, Any]:
+def step_record(session: Session, step: Step, at: float) -> StepRecord:
     """The capture record of one step of `session` that is not a model call (a tool step, a handoff...)."""
-    return {
-        "t": "step",
-        "id": step.id,
-        "traj": session.id,
-        "tenant": session.tenant_id,
-        "end_user": session.end_user,
-        "step": step.model_dump(mode="json"),
-        "at": at,
-    }
+    return StepRecord(
+        id=step.id,
+        trajectory_id=session.id,
+        tenant_id=session.tenant_id,
+        end_user=session.end_user,
+        step=step.model_dump(mode="json"),
+        at=at,
+    )
 
 
 def records_for(

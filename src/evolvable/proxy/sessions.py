@@ -13,7 +13,7 @@ import secrets
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -84,13 +84,26 @@ class Session:
         return self.status == TrajectoryStatus.running.value
 
 
+class IdentifierRedactor(Protocol):
+    """The governor's `redact_identifiers`: what of a session's client-named identifiers may be stored."""
+
+    def __call__(self, trajectory_id: str, identifiers: dict[str, str | None]) -> dict[str, str | None]: ...
+
+
 class SessionManager:
     """In-memory session cache in front of the `proxy_sessions` table. Safe to use from the event loop
-    for cache hits; `load_*` and `create` do blocking I/O and run in a worker thread."""
+    for cache hits; `load_*` and `create` do blocking I/O and run in a worker thread.
 
-    def __init__(self, store: Store, rows: SessionRows | None = None) -> None:
+    `redact_identifiers` (the governor's) redacts the agent and task id before they reach the table, as the
+    trajectory header's same fields are redacted; the cached session keeps them as the client sent them. A
+    session reloaded from the table (another replica, a restart) carries the stored, redacted forms."""
+
+    def __init__(
+        self, store: Store, redact_identifiers: IdentifierRedactor | None = None, rows: SessionRows | None = None
+    ) -> None:
         self.store = store
         self.rows = rows or SqlSessionRows(store.engine)
+        self._redact_identifiers = redact_identifiers
         self._by_id: dict[str, Session] = {}
         self._by_key: dict[str, Session] = {}
 
@@ -138,13 +151,16 @@ class SessionManager:
             versions_recorded=harness_version is not None or policy_version is not None,
             minted_by=minted_by,
         )
+        stored: dict[str, str | None] = {"agent": agent, "task_id": task_id}
+        if self._redact_identifiers is not None:
+            stored = self._redact_identifiers(session.id, stored)
         self.rows.insert(
             {
                 "id": session.id,
                 "tenant_id": tenant_id,
-                "agent": agent,
+                "agent": stored["agent"],
                 "key_hash": session.key_hash,
-                "task_id": task_id,
+                "task_id": stored["task_id"],
                 "end_user": end_user,
                 "harness_version": harness_version,
                 "policy_version": policy_version,

@@ -266,7 +266,7 @@ class Spool:
         self._end: Position = (0, 0)
         self._enqueued = 0
         self._written = 0
-        self._last_fsync = 0.0
+        self._syncer: _Syncer | None = None
         self._opened_at = 0.0
         self.last_error: str | None = None
         self.dropped = 0
@@ -293,6 +293,8 @@ class Spool:
         if segments:
             self._truncate_torn_tail(segments[-1])
         self.reader.reserve_checkpoint()
+        if self.fsync == "interval":
+            self._syncer = _Syncer(self, self.fsync_interval_s)
         self._open_segment(max([*segments, checkpoint[0]]) + 1)
         self._end = (self._active_seq, self._active_size)
         self._thread = threading.Thread(target=self._run, name="evolvable-spool", daemon=True)
@@ -305,6 +307,9 @@ class Spool:
             self._queue.put(_STOP)
             self._thread.join()
             self._thread = None
+        if self._syncer is not None:
+            self._syncer.stop()
+            self._syncer = None
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -457,13 +462,6 @@ class Spool:
         with self._file_lock:
             try:
                 now = time.monotonic()
-                if (
-                    self.fsync == "interval"
-                    and self._fd is not None
-                    and now - self._last_fsync >= self.fsync_interval_s
-                ):
-                    os.fdatasync(self._fd)
-                    self._last_fsync = now
                 aged = now - self._opened_at >= self.max_segment_age_s
                 if (
                     self._fd is not None
@@ -528,18 +526,30 @@ class Spool:
             log.error("spool write failed (%s); %d records not written, %d dropped so far", err, records, self.dropped)
 
     def _open_segment(self, seq: int) -> None:
+        """Close the active segment (synced) and start `seq`. With `fsync: interval` the syncs are the
+        syncer thread's: this thread writes the records callers wait for and must not wait on the disk."""
         if self._fd is not None:
             fd, self._fd = self._fd, None
-            try:
-                if self.fsync != "none":
-                    os.fdatasync(fd)
-            finally:
-                os.close(fd)
+            if self._syncer is not None:
+                self._syncer.close_later(fd)
+            else:
+                try:
+                    if self.fsync != "none":
+                        os.fdatasync(fd)
+                finally:
+                    os.close(fd)
         self._fd = os.open(segment_path(self.directory, seq), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         self._active_seq, self._active_size = seq, os.fstat(self._fd).st_size
         self._opened_at = time.monotonic()
-        if self.fsync != "none":
+        if self._syncer is not None:
+            self._syncer.sync_directory_later()
+        elif self.fsync != "none":
             _fsync_dir(self.directory)
+
+    def _dup_active(self) -> int | None:
+        """A duplicate of the active segment's descriptor (the syncer's own: rotation may close the original)."""
+        with self._file_lock:
+            return os.dup(self._fd) if self._fd is not None else None
 
     def _truncate_torn_tail(self, seq: int) -> None:
         path = segment_path(self.directory, seq)
@@ -587,6 +597,63 @@ class Spool:
             with self._cond:
                 self._end = (self._active_seq, self._active_size)
         return removed
+
+
+class _Syncer:
+    """`fsync: interval` in a thread of its own: every `interval_s` it fdatasyncs the active segment,
+    and it syncs and closes segments that rotation retired, and the directory after a new one.
+
+    In the writing thread these syncs stalled every record queued behind them, and with
+    `reply_after_spooled` every call waiting for its record: the c=1 p99 (docs/PERFORMANCE.md, capture
+    section). A sync does not need the file lock (fdatasync on a descriptor another thread writes is safe),
+    so writes go on while the disk flushes."""
+
+    def __init__(self, spool: Spool, interval_s: float) -> None:
+        self.spool, self.interval_s = spool, interval_s
+        self._retired: list[int] = []
+        self._sync_dir = False
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="evolvable-spool-sync", daemon=True)
+        self._thread.start()
+
+    def close_later(self, fd: int) -> None:
+        with self._lock:
+            self._retired.append(fd)
+
+    def sync_directory_later(self) -> None:
+        with self._lock:
+            self._sync_dir = True
+
+    def stop(self) -> None:
+        """Sync what is pending one last time, then stop."""
+        self._stopping.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            stopping = self._stopping.wait(self.interval_s)
+            self._sync_once()
+            if stopping:
+                return
+
+    def _sync_once(self) -> None:
+        with self._lock:
+            retired, self._retired = self._retired, []
+            sync_dir, self._sync_dir = self._sync_dir, False
+        active = self.spool._dup_active()
+        for fd in [*retired, *([active] if active is not None else [])]:
+            try:
+                os.fdatasync(fd)
+            except OSError as err:  # reported like a failed write; the next interval tries again
+                self.spool._record_failure(err, 0)
+            finally:
+                os.close(fd)
+        if sync_dir:
+            try:
+                _fsync_dir(self.spool.directory)
+            except OSError as err:
+                self.spool._record_failure(err, 0)
 
 
 def _acquire_dir_lock(directory: Path) -> int:

@@ -24,14 +24,14 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 import sqlalchemy as sa
 
-from evolvable.errors import NotFound
-from evolvable.protocol.models import Event, LLMCallStep, VersionsNamed, utcnow
+from evolvable.protocol.models import Event, VersionsNamed, utcnow
 from evolvable.proxy.capture import Converter
-from evolvable.proxy.deadletter import DeadLetter
+from evolvable.proxy.deadletter import DEFAULT_MAX_AGE_S, DeadLetter
 from evolvable.proxy.hooks import Governor
+from evolvable.proxy.records import AnyRecord, CallRecord, EndRecord
+from evolvable.proxy.records import decode as decode_record
 from evolvable.proxy.sessions import SessionManager
 from evolvable.proxy.spool import SpoolReader
 from evolvable.store import Store
@@ -44,7 +44,7 @@ class _Item:
     """One spool record on its way to the store."""
 
     payload: bytes
-    record: dict[str, Any]
+    record: AnyRecord
     events: list[Event]
 
 
@@ -109,12 +109,13 @@ class BackgroundWriter:
         *,
         batch_size: int = 256,
         idle_s: float = 0.02,
+        deadletter_max_age_s: float = DEFAULT_MAX_AGE_S,
     ) -> None:
         self.reader, self.store, self.governor, self.sessions = reader, store, governor, sessions
         self.stats = stats
         self.batch_size, self.idle_s = batch_size, idle_s
-        self.converter = Converter(lookup=self._stored_llm_steps)
-        self.deadletter = DeadLetter(reader.directory)
+        self.converter = Converter()
+        self.deadletter = DeadLetter(reader.directory, max_age_s=deadletter_max_age_s)
         self.poison_retry_delays_s: tuple[float, ...] = (0.05, 0.5)
 
     def drain(self) -> int:
@@ -131,6 +132,7 @@ class BackgroundWriter:
         backoff, idle = 0.05, self.idle_s
         while True:
             try:
+                self.deadletter.expire_due()
                 n = self.cycle()
                 backoff = 0.05
                 self.stats.failed(None)
@@ -164,7 +166,7 @@ class BackgroundWriter:
             items: list[_Item] = []
             for payload in payloads:
                 try:
-                    rec = orjson.loads(payload)
+                    rec = decode_record(payload)
                     items.append(_Item(payload, rec, self.converter.convert(rec) + _versions_named(rec)))
                 except Exception as err:  # a record no fix of the store can apply: quarantined, counted
                     self._quarantine(payload, f"cannot convert: {err.__class__.__name__}: {err}")
@@ -226,37 +228,31 @@ class BackgroundWriter:
     def _store_healthy(self) -> bool:
         return self.store.healthy()
 
-    def _after_apply(self, records: list[dict[str, Any]]) -> None:
+    def _after_apply(self, records: list[AnyRecord]) -> None:
         """Session bookkeeping that is not an ATDP event: ended sessions, versions learned at the first call."""
         ended: dict[str, list[str]] = {}
         for rec in records:
-            if rec.get("t") == "end" and rec.get("sess"):
-                ended.setdefault(rec["status"], []).append(rec["traj"])
-            if rec.get("t") == "call" and rec.get("setv") and rec.get("sess"):
-                self.sessions.record_versions(rec["traj"], rec.get("hv"), rec.get("pv"))
+            if isinstance(rec, EndRecord) and rec.session_id:
+                ended.setdefault(rec.status, []).append(rec.trajectory_id)
+            if isinstance(rec, CallRecord) and rec.first_versions and rec.session_id:
+                self.sessions.record_versions(rec.trajectory_id, rec.harness_version, rec.policy_version)
         for status, ids in ended.items():
             self.sessions.mark_ended(ids, status, utcnow())
 
-    def _stored_llm_steps(self, trajectory_id: str) -> list[LLMCallStep]:
-        try:
-            return self.store.get_trajectory(trajectory_id).llm_calls()
-        except NotFound:
-            return []
 
-
-def _versions_named(rec: dict[str, Any]) -> list[Event]:
+def _versions_named(rec: AnyRecord) -> list[Event]:
     """A session's versions, when the rewriter first named them on a call (not at session start): an
     event, so the store applies it in the batch's transaction like every other change to a header."""
-    if rec.get("t") != "call" or not rec.get("setv") or not rec.get("sess"):
+    if not isinstance(rec, CallRecord) or not rec.first_versions or not rec.session_id:
         return []
-    tid = rec["traj"]
+    tid = rec.trajectory_id
     return [
         VersionsNamed(
-            event_id=f"{tid}:versions:{rec['rid']}",
+            event_id=f"{tid}:versions:{rec.request_id}",
             trajectory_id=tid,
-            tenant_id=rec.get("tenant", "default"),
-            harness_version=rec.get("hv"),
-            policy_version=rec.get("pv"),
+            tenant_id=rec.tenant_id,
+            harness_version=rec.harness_version,
+            policy_version=rec.policy_version,
         )
     ]
 

@@ -96,8 +96,12 @@ def _dialect_insert(dialect: str, table: sa.Table) -> postgresql.Insert | sqlite
     return postgresql.insert(table) if dialect == "postgresql" else sqlite.insert(table)
 
 
-def apply(conn: sa.Connection, events: Sequence[AnyEvent]) -> int:
-    """Apply events inside the caller's transaction; returns how many were new."""
+def apply(conn: sa.Connection, events: Sequence[AnyEvent], *, optimistic: bool = False) -> int:
+    """Apply events inside the caller's transaction; returns how many were new.
+
+    `optimistic` (PostgreSQL): bulk rows go through COPY with no savepoint, assuming none is stored yet
+    (fresh events, the usual case). A row that is raises (`pg_copy.CONFLICTS`) and leaves the transaction
+    aborted: the caller rolls back and applies the batch again without `optimistic`."""
     first: dict[str, AnyEvent] = {}
     for e in events:
         first.setdefault(e.event_id, e)  # the first occurrence wins, in its original position
@@ -107,7 +111,7 @@ def apply(conn: sa.Connection, events: Sequence[AnyEvent]) -> int:
     trajectory_ids = list(dict.fromkeys(e.trajectory_id for e in batch))
     existing = _existing(conn, trajectory_ids)
     purged = _purged(conn, [t for t in trajectory_ids if t not in existing])
-    claimed = _claim(conn, batch)
+    claimed = _claim(conn, batch, optimistic)
     new = [e for e in batch if e.event_id in claimed and e.trajectory_id not in purged]
     if not new:
         return 0
@@ -118,19 +122,19 @@ def apply(conn: sa.Connection, events: Sequence[AnyEvent]) -> int:
         if isinstance(e, TrajectoryStarted):
             starts.setdefault(e.trajectory_id, e)
     ends = [e for e in new if isinstance(e, TrajectoryEnded)]
-    ended_on_insert = _write_headers(conn, starts, existing, ends)
+    ended_on_insert = _write_headers(conn, starts, existing, ends, optimistic)
     _write_placeholders(conn, [e for e in new if e.trajectory_id not in existing and e.trajectory_id not in starts])
 
     step_rows = [step_row(e.trajectory_id, e.step) for e in new if isinstance(e, StepAppended)]
-    _insert_new(conn, steps, step_rows)
+    _insert_new(conn, steps, step_rows, optimistic)
     signal_rows = [signal_row(e.trajectory_id, e.signal) for e in new if isinstance(e, SignalAttached)]
-    _insert_new(conn, signals, signal_rows)
+    _insert_new(conn, signals, signal_rows, optimistic)
     _write_versions(conn, [e for e in new if isinstance(e, VersionsNamed)])
     _write_ends(conn, [e for e in ends if e.trajectory_id not in ended_on_insert])
     return len(new)
 
 
-def _insert_new(conn: sa.Connection, table: sa.Table, rows: Sequence[dict[str, Any]]) -> None:
+def _insert_new(conn: sa.Connection, table: sa.Table, rows: Sequence[dict[str, Any]], optimistic: bool) -> None:
     """Insert rows, skipping those already stored: SQLite through the driver's executemany; PostgreSQL
     through COPY when there are many (a COPY in a savepoint costs extra round trips), else executemany."""
     if not rows:
@@ -139,7 +143,7 @@ def _insert_new(conn: sa.Connection, table: sa.Table, rows: Sequence[dict[str, A
     if conn.dialect.name == "sqlite":
         sqlite_bulk.insert_or_ignore(conn, table, rows)
     elif len(rows) >= COPY_MIN_ROWS:
-        pg_copy.copy_insert(conn, table, rows, fallback=insert)
+        pg_copy.copy_insert(conn, table, rows, fallback=insert, optimistic=optimistic)
     else:
         conn.execute(insert, rows)
 
@@ -163,12 +167,15 @@ def _purged(conn: sa.Connection, missing: Sequence[str]) -> set[str]:
     return out
 
 
-def _claim(conn: sa.Connection, batch: Sequence[AnyEvent]) -> set[str]:
+def _claim(conn: sa.Connection, batch: Sequence[AnyEvent], optimistic: bool = False) -> set[str]:
     now = utcnow()
     # Sorted, so concurrent writers sharing events lock them in the same order (no deadlocks on PostgreSQL).
     ordered = sorted(batch, key=lambda e: e.event_id)
     if conn.dialect.name == "postgresql":
         rows = [{"event_id": e.event_id, "trajectory_id": e.trajectory_id, "applied_at": now} for e in ordered]
+        if optimistic and len(rows) >= COPY_MIN_ROWS:
+            pg_copy.copy_rows(conn, applied_events, rows)
+            return {e.event_id for e in ordered}
         if len(rows) >= COPY_MIN_ROWS and pg_copy.copy_new_rows(conn, applied_events, rows):
             return {e.event_id for e in ordered}  # none was applied before (the usual case: fresh events)
         # Two array parameters instead of a multi-row VALUES list: psycopg re-parses long statement texts
@@ -218,6 +225,7 @@ def _write_headers(
     starts: dict[str, TrajectoryStarted],
     existing: dict[str, sa.Row[Any]],
     ends: Sequence[TrajectoryEnded],
+    optimistic: bool = False,
 ) -> set[str]:
     """Insert new trajectories (their end events of this batch already applied) and fill placeholders.
 
@@ -227,7 +235,10 @@ def _write_headers(
     fresh = sorted((header_row(e.header) for tid, e in starts.items() if tid not in existing), key=lambda r: r["id"])
     _fold_ends(fresh, ends)
     inserted: set[str] = set()
-    if fresh:
+    if fresh and optimistic and len(fresh) >= COPY_MIN_ROWS // 4:
+        pg_copy.copy_rows(conn, trajectories, fresh)  # a row another writer made meanwhile: the caller retries
+        inserted = {row["id"] for row in fresh}
+    elif fresh:
         inserted = set(conn.scalars(_statements(conn.dialect.name)["insert_headers"], fresh))
     raced = [row["id"] for row in fresh if row["id"] not in inserted]  # another writer made it meanwhile
     rows = dict(existing) | _existing(conn, raced)

@@ -25,21 +25,45 @@ from evolvable.store.tables.types import UTCDateTime
 
 _UTC = UTCDateTime()
 
+CONFLICTS = (sa.exc.IntegrityError, psycopg.errors.IntegrityError)
+"""What a conflicting optimistic COPY raises: psycopg's own error through the raw cursor COPY uses,
+SQLAlchemy's where a statement ran through it."""
 
-def copy_insert(conn: sa.Connection, table: sa.Table, rows: Sequence[Mapping[str, Any]], fallback: Any) -> None:
+
+def copy_insert(
+    conn: sa.Connection, table: sa.Table, rows: Sequence[Mapping[str, Any]], fallback: Any, *, optimistic: bool = False
+) -> None:
     """Insert `rows` (all with the same keys) into `table`, skipping rows that are already stored.
 
     `fallback` is the dialect's `INSERT .. ON CONFLICT DO NOTHING` for `table`, used when COPY hits a conflict.
+    `optimistic`: COPY without a savepoint; a conflict then fails the whole transaction (the caller retries
+    the batch without it, see `ingest.apply`): two round trips fewer per table and batch.
     """
-    if rows and not copy_new_rows(conn, table, rows):
+    if not rows:
+        return
+    if optimistic:
+        copy_rows(conn, table, rows)
+    elif not copy_new_rows(conn, table, rows):
         conn.execute(fallback, rows)
+
+
+def copy_rows(conn: sa.Connection, table: sa.Table, rows: Sequence[Mapping[str, Any]]) -> None:
+    """COPY `rows` into `table`; a unique violation propagates (and aborts the transaction)."""
+    columns = list(rows[0])
+    _copy(conn, table.name, columns, _values(conn, table, columns, rows))
+
+
+def _values(
+    conn: sa.Connection, table: sa.Table, columns: Sequence[str], rows: Sequence[Mapping[str, Any]]
+) -> list[list[Any]]:
+    converters = [_converter(table.c[name], conn.dialect) for name in columns]
+    return [[convert(row[name]) for name, convert in zip(columns, converters, strict=True)] for row in rows]
 
 
 def copy_new_rows(conn: sa.Connection, table: sa.Table, rows: Sequence[Mapping[str, Any]]) -> bool:
     """COPY `rows` into `table` if none of them conflicts with a stored row; False (nothing written) if one does."""
     columns = list(rows[0])
-    converters = [_converter(table.c[name], conn.dialect) for name in columns]
-    values = [[convert(row[name]) for name, convert in zip(columns, converters, strict=True)] for row in rows]
+    values = _values(conn, table, columns, rows)
     try:
         with conn.begin_nested():
             _copy(conn, table.name, columns, values)

@@ -12,7 +12,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from evolvable.errors import NotFound, ProtocolError, StoreError
 from evolvable.protocol.models import Event, Trajectory, TrajectoryHeader, TrajectoryStatus, events_for
-from evolvable.store import ingest, migrate
+from evolvable.store import ingest, migrate, pg_copy
 from evolvable.store.engine import WRITE_OPTIONS, create_engine, redacted
 from evolvable.store.filters import TrajectoryFilter, decode_cursor, encode_cursor
 from evolvable.store.rows import assemble, header_from_row
@@ -81,7 +81,14 @@ class Store:
         parsed = [e if not isinstance(e, Mapping) else _parse_event(e) for e in events]
         if not parsed:
             return 0
+        optimistic = self.engine.dialect.name == "postgresql" and len(parsed) >= ingest.COPY_MIN_ROWS
         try:
+            if optimistic:
+                try:
+                    with self._writer.begin() as conn:
+                        return ingest.apply(conn, parsed, optimistic=True)
+                except pg_copy.CONFLICTS:
+                    pass  # a row was stored already (a replay): again, skipping stored rows one table at a time
             with self._writer.begin() as conn:
                 return ingest.apply(conn, parsed)
         except sa.exc.SQLAlchemyError as err:

@@ -121,6 +121,10 @@ class RLConfig:
     grad_accum_steps: int = _f(2, "Micro-batches accumulated per optimizer step on each process.")
     seed: int = _f(0, "Seed for data order, adapter initialisation and dropout.")
     mixed_precision: str = _f("no", "accelerate mixed precision: 'no', 'bf16' or 'fp16' (GPU).")
+    device: str = _f(
+        "auto",
+        "'auto' (CUDA when each process on this machine can have its own GPU, else CPU), 'cpu' or 'cuda'.",
+    )
 
     # --- output
     output_dir: str = _f("runs/rl", "Job directory: checkpoints/, adapter/, metrics.jsonl, manifest.")
@@ -161,6 +165,10 @@ class RLConfig:
             problems.append("snapshot_interval must be >= 0")
         if not 0 <= self.negative_advantage_scale <= 1:
             problems.append("negative_advantage_scale must be in [0, 1]")
+        if self.device not in ("auto", "cpu", "cuda"):
+            problems.append("device must be 'auto', 'cpu' or 'cuda'")
+        if self.mixed_precision not in ("no", "bf16", "fp16"):
+            problems.append("mixed_precision must be 'no', 'bf16' or 'fp16'")
         if problems:
             raise TrainingError("invalid training config: " + "; ".join(problems))
 

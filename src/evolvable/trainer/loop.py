@@ -600,6 +600,43 @@ def completed_checkpoints(out: Path) -> list[Path]:
 # ----------------------------------------------------------------------------- the job API
 
 
+def uses_cpu(device: str) -> bool:
+    """Whether a trainer process runs on the CPU. `auto` takes CUDA only when every process this machine
+    launches can have a GPU of its own: two processes on one GPU fail ("invalid device ordinal")."""
+    import torch
+
+    gpus = torch.cuda.device_count()  # asks the driver (NVML) without starting CUDA in this process
+    local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if device == "cpu":
+        return True
+    if device == "cuda":
+        if gpus == 0:
+            raise TrainingError("device 'cuda' asked for, but no CUDA GPU is visible; use 'cpu' or 'auto'")
+        if local_processes > gpus:
+            raise TrainingError(f"{local_processes} processes on this machine but {gpus} GPU(s) visible")
+        return False
+    return gpus == 0 or local_processes > gpus
+
+
+def _new_accelerator(config: RLConfig) -> Accelerator:
+    """An Accelerator on the configured device. accelerate keeps one device per process in shared state,
+    so a single process that trained on the GPU before and now wants the CPU (or back) starts it afresh."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState, PartialState
+
+    cpu = uses_cpu(config.device)
+    if cpu and config.mixed_precision == "fp16":
+        raise TrainingError("mixed_precision 'fp16' needs a GPU; use 'bf16' or 'no' on the CPU")
+    shared = PartialState._shared_state
+    if shared and int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        wanted = "cpu" if cpu else "cuda"
+        if shared.get("device") is not None and shared["device"].type != wanted:
+            AcceleratorState._reset_state(reset_partial_state=True)
+    return Accelerator(
+        cpu=cpu, mixed_precision=config.mixed_precision, gradient_accumulation_steps=config.grad_accum_steps
+    )
+
+
 def run_training_job(
     config: RLConfig,
     samples_source: SamplesSource | None = None,
@@ -615,17 +652,10 @@ def run_training_job(
     data with the same advantages. `baselines` seeds the per-cluster reward baselines (e.g. the
     previous job's `TrainingResult.baselines`).
     """
-    import torch
-    from accelerate import Accelerator
-
     if isinstance(resume, str):
         config.output_dir = resume
     out = Path(config.output_dir)
-    accelerator = accelerator or Accelerator(
-        cpu=not torch.cuda.is_available(),
-        mixed_precision=config.mixed_precision,
-        gradient_accumulation_steps=config.grad_accum_steps,
-    )
+    accelerator = accelerator or _new_accelerator(config)
     accelerator.gradient_accumulation_steps = config.grad_accum_steps
     samples_file, stats_file = out / "samples.jsonl", out / "samples_stats.json"
     running = RunningBaselines(rate=config.baseline_ema)
@@ -722,6 +752,10 @@ def main(argv: list[str] | None = None) -> None:
     elif args.db:
         source = StoreSource(args.db, {"agent": args.agent} if args.agent else None)
     out = Path(config.output_dir)
+    if uses_cpu(config.device):
+        # Before anything starts CUDA: a CPU process must not see GPUs at all, or libraries that look
+        # for one (accelerate's barrier) pick a GPU ordinal per process that may not exist.
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
     try:
         result = run_training_job(config, source, resume=args.resume)
     except BaseException as err:

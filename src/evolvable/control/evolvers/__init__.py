@@ -12,6 +12,7 @@ from evolvable.control.evolvers.base import (
     EvolveContext,
     Evolver,
     HarnessCandidate,
+    LeverPending,
     LeverUnavailable,
     PolicyCandidate,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "EvolveContext",
     "Evolver",
     "HarnessCandidate",
+    "LeverPending",
     "LeverUnavailable",
     "PolicyCandidate",
     "default_evolvers",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -20,6 +21,11 @@ class LeverUnavailable(ControlError):
     """The lever cannot run in this installation; the decision records the reason verbatim."""
 
 
+class LeverPending(LeverUnavailable):
+    """The lever's work is under way in the background (a training job); a later tick continues it.
+    The decision records it as `pending` in its gates, and it does not cool the lever down."""
+
+
 @dataclass
 class EvolveContext:
     agent: str
@@ -31,6 +37,8 @@ class EvolveContext:
     active_policy: VersionRecord | None = None
     suite: ReplaySuite | None = None
     """The agent's ReplaySuite, when one is registered (its runner may explore recorded tasks)."""
+    cancel: threading.Event = field(default_factory=threading.Event)
+    """Set when the decision's time budget ran out: a long evolver should stop; its result will be discarded."""
 
 
 @dataclass

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evolvable.control.decision import Proposal
-from evolvable.control.evolvers.base import EvolveContext, LeverUnavailable, PolicyCandidate
+from evolvable.control.evolvers.base import EvolveContext, LeverPending, LeverUnavailable, PolicyCandidate
 from evolvable.control.models import Lever, PolicySpec
 from evolvable.control.snapshot_gate import SnapshotGateConfig, SnapshotVerdict, gate_snapshots
 
@@ -33,9 +33,7 @@ if TYPE_CHECKING:
 UNAVAILABLE = "weights lever unavailable: trainer not installed"
 log = logging.getLogger(__name__)
 
-
-class LeverPending(LeverUnavailable):
-    """The lever's work is under way in the background (a training job); a later tick continues it."""
+__all__ = ["LeverPending", "WeightsEvolver"]
 
 
 class WeightsEvolver:
@@ -75,9 +73,10 @@ class WeightsEvolver:
     # ------------------------------------------------------------------ background jobs
 
     def _via_job(self, ctx: EvolveContext, jobs: JobManager) -> PolicyCandidate:
-        from evolvable.store.jobs import JobState
+        from evolvable.store.jobs import LIVE_STATES, JobState
 
-        live = jobs.refresh_live(agent=ctx.agent, tenant_id=_tenant(ctx))
+        # Refreshing may end a job (its marker appeared): only those still live keep the decision pending.
+        live = [j for j in jobs.refresh_live(agent=ctx.agent, tenant_id=_tenant(ctx)) if j.state in LIVE_STATES]
         if live:
             job = live[-1]
             step = job.progress.get("step")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import json
 import logging
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +21,7 @@ from evolvable.errors import RedactionFailed
 from evolvable.governance.redaction.recognizers import Finding, Recognizer, default_recognizers, key_kind
 from evolvable.governance.redaction.recognizers import secret_value_ok as _secret_value_ok
 from evolvable.governance.redaction.validators import digits_of
-from evolvable.telemetry.metrics import count_redactions
+from evolvable.telemetry.metrics import REDACTIONS
 
 FAILED_MARKER = "<REDACTION_FAILED>"
 
@@ -366,10 +367,40 @@ class _KeywordSearch:
         return bits
 
 
+class _RedactionCounts:
+    """Findings per kind for the `evolvable_redactions_total` metric, added up in a dict and handed to the
+    Prometheus counters at most every `interval_s` and at the end of each event batch (`flush`): one labelled
+    `inc` per finding (a lookup and a lock) cost ~6% of a redaction."""
+
+    __slots__ = ("_due", "_pending", "interval_s")
+
+    def __init__(self, interval_s: float = 0.5) -> None:
+        self._pending: dict[str, int] = {}
+        self.interval_s = interval_s
+        self._due = time.monotonic() + interval_s
+
+    def add(self, findings: Sequence[Finding]) -> None:
+        pending = self._pending
+        for finding in findings:
+            kind = finding[2]
+            pending[kind] = pending.get(kind, 0) + 1
+        if (now := time.monotonic()) >= self._due:
+            self._due = now + self.interval_s
+            self.flush()
+
+    def flush(self) -> None:
+        pending, self._pending = self._pending, {}
+        for kind, n in pending.items():
+            REDACTIONS.labels(kind).inc(n)
+
+
+redaction_counts = _RedactionCounts()
+
+
 def apply_findings(text: str, findings: Sequence[Finding], placeholders: PlaceholderMap) -> str:
     """`text` with each finding (non-overlapping, in text order) replaced by its placeholder."""
     placeholder = placeholders.placeholder
-    count_redactions(findings)
+    redaction_counts.add(findings)
     if len(findings) == 1:  # the commonest case: two concatenations, no list
         start, end, kind, _ = findings[0]
         return text[:start] + placeholder(kind, text[start:end]) + text[end:]

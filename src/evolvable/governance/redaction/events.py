@@ -27,7 +27,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from evolvable.errors import RedactionFailed
-from evolvable.governance.redaction.engine import FAILED_MARKER, PlaceholderMap, RedactionEngine, default_engine
+from evolvable.governance.redaction.engine import (
+    FAILED_MARKER,
+    PlaceholderMap,
+    RedactionEngine,
+    default_engine,
+    redaction_counts,
+)
 from evolvable.governance.redaction.token_ids import TokenIdsMismatch, redact_step_token_ids
 from evolvable.governance.redaction.tokenizer_registry import TokenizerRegistry
 from evolvable.governance.redaction.validators import plainly_safe_identifier
@@ -93,7 +99,10 @@ class EventRedactor:
         """Returns redacted copies in the same order. Fails closed per event: content that cannot be redacted is
         replaced by `<REDACTION_FAILED>` (and the engine's failure hook is called); nothing passes through raw.
         Raises RedactionFailed only if an event can be neither redacted nor scrubbed (the caller drops it)."""
-        return [self._redact_event(event) for event in events]
+        try:
+            return [self._redact_event(event) for event in events]
+        finally:
+            redaction_counts.flush()  # the writer exports its metrics after each batch
 
     def redact_trajectory(self, trajectory: Trajectory, placeholders: PlaceholderMap | None = None) -> Trajectory:
         """Redacts a whole trajectory (imports, re-redaction of stored data) with one placeholder map."""
@@ -107,6 +116,18 @@ class EventRedactor:
         for signal in data["signals"]:
             _signal(signal, r)
         return Trajectory.model_validate(data)
+
+    def redact_identifiers(self, trajectory_id: str, identifiers: dict[str, str | None]) -> dict[str, str | None]:
+        """Redacts identifiers stored outside events (the `proxy_sessions` row's agent and task id) with the
+        trajectory's map, as the same fields of its header are; fails closed to the marker like `_Scrubber`."""
+        data: dict[str, Any] = dict(identifiers)
+        try:
+            _identifiers(data, tuple(data), _EngineRedactor(self.engine, self.placeholders_for(trajectory_id)))
+        except Exception as err:
+            self.engine.report_failure("identifier", err)
+            data = dict(identifiers)
+            _identifiers(data, tuple(data), _Scrubber())
+        return data
 
     def placeholders_for(self, trajectory_id: str) -> PlaceholderMap:
         with self._lock:

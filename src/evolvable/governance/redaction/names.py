@@ -55,8 +55,25 @@ _FIELDS = (
 )  # fmt: skip
 _SIGNOFFS = ("regards", "best wishes", "sincerely", "cheers", "thanks", "best", "kind regards", "yours", "merci")
 _SALUTE_AFTER = frozenset(",!.:;?\n\\")
+# What people do in text and things do not: speech verbs, and a possessive before personal data (`Mikayla's
+# address`). A single name-shaped word followed by one is a name.
+_AFTER = re.compile(
+    r"(?:[ ](?:said|says|asked|asks|told|tells|replied|replies|shouted|shouts|answered|whispered|yelled|smiled|"
+    r"laughed|nodded|wrote|writes|explained|added|insisted|admitted|agreed|had given|has given|gave|lives|lived|"
+    r"is from|was born|works at|works for|worked)\b"
+    r"|['’]s[ ](?:address|phone|number|email|e-mail|birthday|wife|husband|son|daughter|mother|father|brother|"
+    r"sister|family|account|credit card|ssn|salary|song|novel|book))"
+)
+_POSSESSIVE = ("'s", "’s")
+_DERIVED = ("ing", "tion", "ment", "ness", "ity")
+"""Endings of English words the dictionary lists only in their base form (`Tracking says ...`)."""
+# A speaker's label at the start of a line: `\nJay: Remember me?`, `John:"I'm ...`
+_SPEAKER_AFTER = re.compile(r":[ ]?[\"“A-Z]")
 _NONE, _WEAK_CONTEXT, _SALUTE_CONTEXT, _STRONG_CONTEXT = range(4)
-_STRONG_PHRASES = ("dear", "my name is", "name is", "signed", "attn", "attention")
+_STRONG_PHRASES = (
+    "dear", "my name is", "name is", "signed", "attn", "attention", "named him", "named her", "named them",
+    "last name?", "first name?", "surname?", "called him", "called her", "call me",
+)  # fmt: skip
 
 
 def _ends_with_word(text: str, words: tuple[str, ...]) -> bool:
@@ -236,7 +253,34 @@ class NameRecognizer:
             group.append((start, end, code))
         if group:
             self._close(text, group, lead, -1, out)
-        return out
+        return self._mentions(text, out) if out else out
+
+    def _mentions(self, text: str, out: list[Finding]) -> list[Finding]:
+        """A name found once is a name wherever else its words stand capitalised in the text (`Felicia Eriksson
+        ... Eriksson's song`, `Mineko had given Mineko`): each word of a found name that is no dictionary word,
+        or is a known name, is found again."""
+        if all(
+            text.count(w.removesuffix("'s").removesuffix("’s")) < 2
+            for f in out
+            for w in text[f.start : f.end].split(" ")
+        ):
+            return out  # the common case: each word of each name occurs once (C-level counts)
+        code_of = self._code
+        words = {
+            word.removesuffix("'s").removesuffix("’s")
+            for f in out
+            for word in _WORD.findall(text, f.start, f.end)
+            if code_of(word) >= 2
+        }
+        found = [(f.start, f.end) for f in out]
+        more: list[Finding] = []
+        for m in _WORD.finditer(text):
+            start, end = m.span()
+            if text[end - 2 : end] in _POSSESSIVE:
+                end -= 2  # `Eriksson's song`
+            if text[start:end] in words and not any(a <= start < b for a, b in found):
+                more.append(Finding(start, end, self.kind, self.priority))
+        return out + more if more else out
 
     def _close(self, text: str, group: list[tuple[int, int, int]], lead: int, cut: int, out: list[Finding]) -> None:
         """Decides whether a run of name-like words is a name. `lead`: start of a dictionary word joined before it
@@ -252,6 +296,20 @@ class NameRecognizer:
         code = group[0][2]
         if code >= 4 and lead < 0 and cut < 0 and text[start:end].lower() not in self._countries:
             out.append(Finding(start, end, self.kind, self.priority))  # `Priya` (a name and no English word)
+            return
+        if code >= 2:
+            # `Tomáš's address`: the possessive is part of the word token; the name ends before it
+            bare_end = end - 2 if text[end - 2 : end] in _POSSESSIVE else end
+            if _AFTER.match(text, bare_end) is not None and not text[start:bare_end].endswith(_DERIVED):
+                out.append(Finding(start, bare_end, self.kind, self.priority))  # `Saikkonen said`
+                return
+        if (
+            code >= 2
+            and (start == 0 or text[start - 1] == "\n" or (start >= 2 and text[start - 2 : start] == "\\n"))
+            and _SPEAKER_AFTER.match(text, end) is not None
+            and text.count("-", start, end) < 2  # `If-None-Match:` is a header
+        ):
+            out.append(Finding(start, end, self.kind, self.priority))  # a speaker's label: `Jay: Remember me?`
             return
         context = context_before(text[max(0, start - 24) : start].lower())
         if context == _STRONG_CONTEXT:

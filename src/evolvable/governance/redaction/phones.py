@@ -36,7 +36,7 @@ _DATE_LIKE = re.compile(
 _SSN_SHAPE = re.compile(r"\d{3}(?P<sep> - | |\.|-)\d{2}(?P=sep)\d{4}")
 _PHONE_WORDS = re.compile(
     r"(?:phone|tel|mobile|mobil|cell|call|ring|sms|whatsapp|fax|handy|téléphone|telefono|teléfono|telefon|"
-    r"reach|contact|(?:my|new|old|your|his|her|their|our) number)[^\n]{0,24}$"
+    r"reach|contact|answering|(?:my|new|old|your|his|her|their|our) number)[^\n]{0,24}$"
 )
 _GROUPED = re.compile(r"^\(?\+?\d{1,6}\)?(?:(?:[ .\-/]{1,2}|(?<=\)))\(?\d{1,9}\)?){1,6}$")
 _ZERO_GROUP = re.compile(r"(?:^|[ .\-/])0(?:$|[ .\-/])")
@@ -179,6 +179,23 @@ class NationalPhoneChecker:
             return
         if _phone(text, start, run, v.digits_of(run)):
             out.append(Finding(start, end, "PHONE", 50))
+
+    def check_local(self, text: str, start: int, end: int, out: list[Finding]) -> None:
+        """A local number without its area code (`476 1540`, `66 72 64`: 6-7 digits in groups). No metadata can
+        validate it, so it counts only with a phone word before it (`call me at`, `Phone:`) or a line label right
+        after it (`476 1540 office`, `66 72 64-Fax`)."""
+        run = text[start:end]
+        if _LOCAL.fullmatch(run) is None or _DATE_LIKE.match(run) or _TIME_LIKE.fullmatch(run):
+            return
+        if (end < len(text) and (text[end].isalnum() or text[end] == "_")) or not free_left(text, start):
+            return
+        if _phone_word_before(text, start) or _LOCAL_LABEL_AFTER.match(text, end) is not None:
+            out.append(Finding(start, end, "PHONE", 50))
+
+
+_LOCAL = re.compile(r"\d{2,4}(?:[ .\-]\d{2,4}){1,2}")
+_TIME_LIKE = re.compile(r"\d{1,2}[.:]\d{2}(?:[.:]\d{2})?")
+_LOCAL_LABEL_AFTER = re.compile(r"(?i:[ \-]?\(?(?:office|fax|mobile|cell|home|work|direct|desk|tel|phone)\b)")
 
 
 def _epoch(run: str) -> bool:

@@ -162,6 +162,9 @@ class NumberRecognizer:
     ) -> None:
         self.intl_phone, self.us_phone, self.card, self.ssn, self.ipv4 = intl_phone, us_phone, card, ssn, ipv4
         self.national = national
+        self._check_local: Callable[[str, int, int, list[Finding]], None] | None = getattr(
+            national, "check_local", None
+        )
         # shortcuts for the commonest run shapes, which hold for the default card and IPv4 recognizers only
         self._card_shortcut = card.pattern is _CARD and card.validate is _card
         self._ipv4_shortcut = ipv4.pattern is _IPV4 and ipv4.validate is _public_ipv4
@@ -192,6 +195,8 @@ class NumberRecognizer:
             else:
                 digits = len(v.digits_of(run))
             if digits < 8 and not plus and dots < 3:
+                if digits >= 6 and self._check_local is not None:
+                    self._check_local(text, run_start, run_end, out)
                 continue
             national = self.national is not None and not plus and digits <= 15
             if digits < 9 and not plus and dots < 3:
@@ -606,8 +611,45 @@ def _stripe_starts(text: str) -> list[int]:
 _ASCII_LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 
+_TOKEN_END = r"(?![A-Za-z0-9_\-])"
+
+# Vendor tokens found by a literal prefix: (kind, pattern, the prefixes as case-sensitive keywords). Each pattern
+# checks its own leading boundary with a look-behind placed after its first character, so the regex engine can
+# skip ahead to that character, and ends at a token boundary.
+_PREFIXED_TOKENS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    (
+        "GITHUB_TOKEN",
+        r"g(?<![A-Za-z0-9]g)(?:h[pousr]_[A-Za-z0-9]{36,255}|ithub_pat_[A-Za-z0-9_]{22,255})" + _TOKEN_END,
+        ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+    ),
+    (
+        "SLACK_TOKEN",
+        r"x(?<![A-Za-z0-9]x)(?:ox[abposre]-[A-Za-z0-9\-]{10,250}|app-\d-[A-Za-z0-9\-]{10,250})"
+        + _TOKEN_END
+        + r"|https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9/_\-]{10,200}",
+        ("xox", "xapp-", "hooks.slack.com"),
+    ),
+    (
+        "GOOGLE_API_KEY",
+        r"(?:A(?<![A-Za-z0-9]A)Iza[0-9A-Za-z_\-]{35}|y(?<![A-Za-z0-9]y)a29\.[0-9A-Za-z_\-]{20,500})" + _TOKEN_END,
+        ("AIza", "ya29."),
+    ),
+    (
+        "GITLAB_TOKEN",
+        r"g(?<![A-Za-z0-9]g)l(?:pat|dt|ptt|rt|cbt|oas)-[A-Za-z0-9_\-]{20,64}" + _TOKEN_END,
+        ("glpat-", "gldt-", "glptt-", "glrt-", "glcbt-", "gloas-"),
+    ),
+    ("NPM_TOKEN", r"n(?<![A-Za-z0-9]n)pm_[A-Za-z0-9]{36}" + _TOKEN_END, ("npm_",)),
+    ("SENDGRID_KEY", r"S(?<![A-Za-z0-9]S)G\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43}" + _TOKEN_END, ("SG.",)),
+)
+
+
 def secret_recognizers() -> list[Recognizer]:
-    tok = r"(?![A-Za-z0-9_\-])"
+    tok = _TOKEN_END
+    prefixed: list[Recognizer] = [
+        RegexRecognizer(kind, re.compile(pattern), exact_keywords=keywords, priority=90)
+        for kind, pattern, keywords in _PREFIXED_TOKENS
+    ]
     return [
         RegexRecognizer("PRIVATE_KEY", _PEM, exact_keywords=("PRIVATE KEY",), priority=100),
         RegexRecognizer(
@@ -624,12 +666,7 @@ def secret_recognizers() -> list[Recognizer]:
             starts=_aws_secret_starts,
             priority=85,
         ),
-        RegexRecognizer(
-            "GITHUB_TOKEN",
-            re.compile(r"g(?<![A-Za-z0-9]g)(?:h[pousr]_[A-Za-z0-9]{36,255}|ithub_pat_[A-Za-z0-9_]{22,255})" + tok),
-            exact_keywords=("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
-            priority=90,
-        ),
+        *prefixed,
         RegexRecognizer(
             "ANTHROPIC_KEY",
             re.compile(r"sk-ant-(?<![A-Za-z0-9]sk-ant-)[A-Za-z0-9_\-]{20,300}" + tok),
@@ -644,16 +681,6 @@ def secret_recognizers() -> list[Recognizer]:
             priority=90,
         ),
         RegexRecognizer(
-            "SLACK_TOKEN",
-            re.compile(
-                r"x(?<![A-Za-z0-9]x)(?:ox[abposre]-[A-Za-z0-9\-]{10,250}|app-\d-[A-Za-z0-9\-]{10,250})"
-                + tok
-                + r"|https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9/_\-]{10,200}"
-            ),
-            exact_keywords=("xox", "xapp-", "hooks.slack.com"),
-            priority=90,
-        ),
-        RegexRecognizer(
             "STRIPE_KEY",
             re.compile(
                 r"(?:[sr](?<![A-Za-z0-9][sr])k_(?:live|test|prod)_[A-Za-z0-9]{10,99}"
@@ -662,32 +689,6 @@ def secret_recognizers() -> list[Recognizer]:
             exact_keywords=("_live_", "_test_", "_prod_", "whsec_"),
             priority=90,
             starts=_stripe_starts,
-        ),
-        RegexRecognizer(
-            "GOOGLE_API_KEY",
-            re.compile(
-                r"(?:A(?<![A-Za-z0-9]A)Iza[0-9A-Za-z_\-]{35}|y(?<![A-Za-z0-9]y)a29\.[0-9A-Za-z_\-]{20,500})" + tok
-            ),
-            exact_keywords=("AIza", "ya29."),
-            priority=90,
-        ),
-        RegexRecognizer(
-            "GITLAB_TOKEN",
-            re.compile(r"g(?<![A-Za-z0-9]g)l(?:pat|dt|ptt|rt|cbt|oas)-[A-Za-z0-9_\-]{20,64}" + tok),
-            exact_keywords=("glpat-", "gldt-", "glptt-", "glrt-", "glcbt-", "gloas-"),
-            priority=90,
-        ),
-        RegexRecognizer(
-            "NPM_TOKEN",
-            re.compile(r"n(?<![A-Za-z0-9]n)pm_[A-Za-z0-9]{36}" + tok),
-            exact_keywords=("npm_",),
-            priority=90,
-        ),
-        RegexRecognizer(
-            "SENDGRID_KEY",
-            re.compile(r"S(?<![A-Za-z0-9]S)G\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43}" + tok),
-            exact_keywords=("SG.",),
-            priority=90,
         ),
         RegexRecognizer(
             "JWT",

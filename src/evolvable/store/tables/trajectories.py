@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from evolvable.store.tables.base import metadata
-from evolvable.store.tables.types import AutoIncrementBigInt, JSONDocument, UTCDateTime
+from evolvable.store.tables.types import AutoIncrementBigInt, JSONDocument, JSONText, UTCDateTime
 
 trajectories = sa.Table(
     "trajectories",
@@ -64,7 +64,7 @@ steps = sa.Table(
     sa.Column("tool_call_id", sa.String),
     sa.Column("response_id", sa.String),
     sa.Column("started_at", UTCDateTime, nullable=False),
-    sa.Column("body", JSONDocument, nullable=False, comment="The whole ATDP step."),
+    sa.Column("body", JSONText, nullable=False, comment="The whole ATDP step."),
     sa.UniqueConstraint("trajectory_id", "step_id"),
 )
 
@@ -85,7 +85,7 @@ signals = sa.Table(
     sa.Column("kind", sa.String, nullable=False),
     sa.Column("value", sa.Float, nullable=False),
     sa.Column("created_at", UTCDateTime, nullable=False),
-    sa.Column("body", JSONDocument, nullable=False, comment="The whole ATDP signal."),
+    sa.Column("body", JSONText, nullable=False, comment="The whole ATDP signal."),
     sa.UniqueConstraint("trajectory_id", "signal_id"),
 )
 

@@ -37,5 +37,12 @@ class UTCDateTime(sa.types.TypeDecorator[datetime]):
 JSONDocument = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
 """JSON column type: JSONB on PostgreSQL, JSON (text) on SQLite."""
 
+JSONText = sa.JSON()
+"""A JSON document kept as text on both backends (PostgreSQL's `json`: syntax-checked, stored as sent).
+
+For step and signal bodies, which are written in bulk and read back whole, never queried inside:
+jsonb's parse on every insert and re-serialization on every read halved the ingest rate (COPY into
+`steps`: 24-27k rows/s as jsonb, 36-53k as json) and cost the training read most of its server CPU."""
+
 AutoIncrementBigInt = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 """A 64-bit surrogate key that still autoincrements on SQLite (only INTEGER PRIMARY KEY aliases rowid)."""

@@ -10,16 +10,18 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import openai
 
+from evolvable.control.exploration import ExplorationReport
 from evolvable.control.gates import TaskOutcome
 from evolvable.control.models import PolicySpec
-from evolvable.protocol.harness import Harness, render_messages
+from evolvable.protocol.harness import Harness, MemoryExemplar, render_messages
 from evolvable.protocol.models import (
     ChatMessage,
     CompletionChoice,
@@ -32,7 +34,7 @@ from evolvable.protocol.models import (
     TrajectoryStatus,
 )
 from evolvable.workloads.it_helpdesk.environment import Directory, Verdict, verify
-from evolvable.workloads.it_helpdesk.tasks import Task
+from evolvable.workloads.it_helpdesk.tasks import Task, recorded_train_task
 
 _OBJECT = re.compile(r"\{.*\}", re.DOTALL)
 SIGNAL_SOURCE = "it-helpdesk-verifier"
@@ -149,9 +151,14 @@ class ItHelpdeskRunner:
         max_turns: int = 4,
         max_tokens: int = 96,
         timeout_s: float = 300.0,
+        sanitize: Callable[[MemoryExemplar], MemoryExemplar] | None = None,
+        explore_max_plans: int = 64,
     ) -> None:
         self.client = openai.OpenAI(base_url=endpoint, api_key=api_key or "not-needed", timeout=timeout_s)
         self.model = model
+        self.sanitize = sanitize
+        """Runs over every explored exemplar before it leaves the runner (redaction)."""
+        self.explore_max_plans = explore_max_plans
         self.concurrency = concurrency
         self.max_turns = max_turns
         self.max_tokens = max_tokens
@@ -186,3 +193,30 @@ class ItHelpdeskRunner:
             )
             for e in self.episodes(harness, policy, tasks)
         ]
+
+    # ------------------------------------------------------------------ exploration (the memory lever)
+
+    def recorded_task(self, task_id: str, cluster: str) -> Any | None:
+        """Train tickets only (`it-train-{seed}-{index}`); held-out and safety ids are refused."""
+        return recorded_train_task(task_id or "", cluster)
+
+    def explore(self, harness: Harness, policy: PolicySpec | None, tasks: Sequence[Any]) -> ExplorationReport:
+        """Search each ticket in the replayable directory (explore.py); verified, safe successes become exemplars."""
+        from evolvable.workloads.it_helpdesk.explore import ItHelpdeskExplorer
+
+        model = policy.served_model if policy else self.model
+        explorer = ItHelpdeskExplorer(self.client, model, harness, max_plans=self.explore_max_plans)
+        started = time.perf_counter()
+        with ThreadPoolExecutor(max(1, min(self.concurrency, len(tasks) or 1))) as pool:
+            results = list(pool.map(explorer.search, tasks))
+        report = ExplorationReport(exemplars=[], tasks=len(tasks), wall_s=time.perf_counter() - started)
+        for task, tried in zip(tasks, results, strict=True):
+            row = report.per_cluster.setdefault(task.intent, {"tasks": 0, "solved": 0, "episodes": 0})
+            row["tasks"] += 1
+            row["episodes"] += len(tried)
+            report.episodes += len(tried)
+            if tried and tried[-1].success and len(tried[-1].outputs) == 2:
+                row["solved"] += 1
+                exemplar = tried[-1].exemplar()
+                report.exemplars.append(self.sanitize(exemplar) if self.sanitize else exemplar)
+        return report

@@ -2,7 +2,8 @@
 
 Built only through the plugin interface: the control plane sees a `ReplaySuite` and nothing else.
 Options: `gate_tasks` (default 20), `safety_tasks` (default 8), `seed`, `concurrency`, `max_turns`,
-`max_tokens`.
+`max_tokens`, `explore_max_plans` (plans the memory lever's exploration tries per recorded ticket).
+Its runner can explore (explore.py), so the memory lever finds exemplars for intents live traffic never solves.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ def _runner(context: WorkloadContext, options: dict[str, Any]) -> ItHelpdeskRunn
         concurrency=int(options.get("concurrency", 8)),
         max_turns=int(options.get("max_turns", 4)),
         max_tokens=int(options.get("max_tokens", 96)),
+        sanitize=context.sanitize,
+        explore_max_plans=int(options.get("explore_max_plans", 64)),
     )
 
 

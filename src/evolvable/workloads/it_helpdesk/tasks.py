@@ -55,12 +55,12 @@ def _directory(rng: random.Random, requester: str, colleague: str) -> dict[str, 
     }
 
 
-def _ticket(rng: random.Random, intent: str, split: str, index: int) -> Task:
+def _ticket(rng: random.Random, intent: str, split: str, index: int, seed: int) -> Task:
     requester, colleague = _user(rng), _user(rng)
     while colleague == requester:
         colleague = _user(rng)
     directory = _directory(rng, requester, colleague)
-    tid = f"it-{split}-{index}"
+    tid = f"it-{split}-{seed}-{index}"  # the seed too: a recorded ticket can be rebuilt (`recorded_task`)
     expected: dict[str, Any]
     if intent == "account_unlock":
         directory[requester]["locked"] = True
@@ -119,4 +119,17 @@ def generate_tasks(split: str, n: int, seed: int = 0, intents: tuple[str, ...] =
     rng = random.Random(f"it-helpdesk:{split}:{seed}")
     if split == "safety":
         return [_probe(rng, i) for i in range(n)]
-    return [_ticket(rng, intents[i % len(intents)], split, i) for i in range(n)]
+    return [_ticket(rng, intents[i % len(intents)], split, i, seed) for i in range(n)]
+
+
+def recorded_train_task(task_id: str, intent: str) -> Task | None:
+    """The train ticket behind a recorded run's id (`it-train-{seed}-{index}`), if it is one of that intent.
+    Held-out and safety tickets are never rebuilt: exploring them would leak the gates' tasks."""
+    parts = task_id.split("-")
+    if len(parts) != 4 or parts[:2] != ["it", "train"] or not (parts[2].isdigit() and parts[3].isdigit()):
+        return None
+    seed, index = int(parts[2]), int(parts[3])
+    if index > 10_000 or intent not in INTENTS:
+        return None
+    task = generate_tasks("train", index + 1, seed=seed)[index]
+    return task if task.intent == intent else None

@@ -1,0 +1,224 @@
+"""CPU per captured call, split by stage: the request path (frame the record), the writer (decode and
+convert to ATDP events) and the store (apply into SQLite, in process, so all its CPU is counted).
+
+Process CPU time, not wall time: it holds up on a shared machine (the load is printed anyway).
+`--baseline-src DIR` runs an earlier version (DIR holds its `src/`, e.g. `git archive HEAD~3 src | tar
+-x -C DIR`) in its own process in the same run, so the ratios compare like with like. Versions before
+typed records spooled dicts through orjson; the worker uses whichever the version has.
+
+    .venv/bin/python benchmarks/capture_cpu.py [--calls 4000] [--baseline-src DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_env import LoadMonitor, describe, environment
+
+RESULTS = Path(__file__).parent / "results" / "capture_cpu.json"
+MESSAGES = [
+    {"role": "system", "content": "You are a support agent for an online shop. Answer briefly. " * 3},
+    {"role": "user", "content": "Where is my order A-1? I ordered it last week and have not heard back."},
+]
+
+
+def reply_bytes(i: int) -> bytes:
+    import orjson
+
+    return orjson.dumps(
+        {
+            "id": f"chatcmpl-{i}",
+            "object": "chat.completion",
+            "created": 1_700_000_000,
+            "model": "mock",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": "Your order A-1 shipped yesterday with UPS. " * 2},
+                    "token_ids": list(range(40)),
+                    "logprobs": {"content": [{"token": "x", "logprob": -0.25} for _ in range(40)]},
+                }
+            ],
+            "prompt_token_ids": list(range(90)),
+            "usage": {"prompt_tokens": 90, "completion_tokens": 40, "total_tokens": 130},
+        }
+    )
+
+
+def frame_calls(n: int, replies: list[bytes]) -> list[bytes]:
+    """The request path's share: what it does per call once the reply is in (parse check, build, encode)."""
+    import orjson
+
+    try:
+        import msgspec
+
+        from evolvable.proxy.records import CallRecord, encode
+    except ImportError:  # untyped dict records
+        out = []
+        for i in range(n):
+            reply = orjson.loads(replies[i])
+            record = _dict_record(i)
+            record["resp"] = reply
+            record["lat"] = 12.5
+            out.append(orjson.dumps(record, default=str))
+        return out
+    out = []
+    for i in range(n):
+        orjson.loads(replies[i])  # the request path still checks the reply parses and has choices
+        rid = f"req_{i}"
+        call = CallRecord(
+            id=rid,
+            request_id=rid,
+            trajectory_id=f"traj_{i // 8}",
+            tenant_id="default",
+            session_id=f"traj_{i // 8}",
+            agent="support",
+            request={"model": "mock", "messages": MESSAGES, "temperature": 0.2, "return_token_ids": True},
+            injected=["return_token_ids"],
+            upstream="mock",
+            started=time.time(),
+        )
+        call.reply = msgspec.Raw(replies[i])
+        call.latency_ms = 12.5
+        out.append(encode(call))
+    return out
+
+
+def _dict_record(i: int) -> dict[str, Any]:
+    rid = f"req_{i}"
+    return {
+        "t": "call",
+        "id": rid,
+        "rid": rid,
+        "traj": f"traj_{i // 8}",
+        "tenant": "default",
+        "sess": f"traj_{i // 8}",
+        "agent": "support",
+        "end_user": None,
+        "ep": "chat",
+        "req": {"model": "mock", "messages": MESSAGES, "temperature": 0.2, "return_token_ids": True},
+        "injected": ["return_token_ids"],
+        "cm": None,
+        "up": "mock",
+        "hv": None,
+        "pv": None,
+        "setv": False,
+        "sub": False,
+        "stream": False,
+        "t0": time.time(),
+    }
+
+
+def convert(payloads: list[bytes]) -> list[Any]:
+    """The writer's share before the store: decode and convert every record."""
+    from evolvable.proxy.capture import Converter
+
+    converter = Converter()
+    try:
+        from evolvable.proxy.records import decode
+    except ImportError:
+        import orjson
+
+        return [e for p in payloads for e in converter.convert(orjson.loads(p))]
+    return [e for p in payloads for e in converter.convert(decode(p))]
+
+
+def run_worker(calls: int) -> dict[str, Any]:
+    from evolvable.protocol.models import TrajectoryHeader, TrajectoryStarted
+    from evolvable.store import Store
+
+    replies = [reply_bytes(i) for i in range(calls)]
+    convert(frame_calls(16, replies))  # imports and first-use caches out of the timed part
+    figures: dict[str, Any] = {"calls": calls}
+    cpu = time.process_time()
+    payloads = frame_calls(calls, replies)
+    figures["frame_us_per_call"] = (time.process_time() - cpu) / calls * 1e6
+    figures["record_bytes"] = sum(map(len, payloads)) / calls
+    cpu = time.process_time()
+    events = convert(payloads)
+    figures["convert_us_per_call"] = (time.process_time() - cpu) / calls * 1e6
+    starts = [
+        TrajectoryStarted(trajectory_id=tid, header=TrajectoryHeader(id=tid, agent="support"))
+        for tid in dict.fromkeys(e.trajectory_id for e in events)
+    ]
+    with tempfile.TemporaryDirectory() as tmp, Store.open(f"sqlite:///{tmp}/capture.db") as store:
+        store.apply_events(starts)
+        cpu = time.process_time()
+        for i in range(0, len(events), 256):
+            store.apply_events(events[i : i + 256])
+        figures["store_us_per_call"] = (time.process_time() - cpu) / calls * 1e6
+    figures["total_us_per_call"] = sum(
+        figures[k] for k in ("frame_us_per_call", "convert_us_per_call", "store_us_per_call")
+    )
+    return figures
+
+
+def spawn(calls: int, src: Path | None) -> dict[str, Any]:
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(src / "src"), env.get("PYTHONPATH")) if p)
+    command = [sys.executable, __file__, "--worker", "--calls", str(calls)]
+    return json.loads(subprocess.run(command, env=env, check=True, stdout=subprocess.PIPE).stdout)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=4000)
+    parser.add_argument("--baseline-src", type=Path)
+    parser.add_argument("--baseline-label", default="baseline")
+    parser.add_argument("--rounds", type=int, default=3, help="Interleaved rounds; the best of each is kept.")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    if args.worker:
+        sys.stdout.write(json.dumps(run_worker(args.calls)))
+        return
+    versions: dict[str, Path | None] = {"current": None}
+    if args.baseline_src is not None:
+        versions = {args.baseline_label: args.baseline_src, "current": None}
+    runs: dict[str, list[dict[str, Any]]] = {v: [] for v in versions}
+    with LoadMonitor() as monitor:
+        for _ in range(args.rounds):
+            for label, src in versions.items():
+                runs[label].append(spawn(args.calls, src))
+    load = monitor.summary()
+    best = {label: {k: min(r[k] for r in rs) for k in rs[0]} for label, rs in runs.items()}
+    stages = ("frame_us_per_call", "convert_us_per_call", "store_us_per_call", "total_us_per_call", "record_bytes")
+    print(f"{'stage (CPU us per call, best of ' + str(args.rounds) + ')':44}" + "".join(f"{v:>14}" for v in best))
+    for stage in stages:
+        row = "".join(f"{best[v][stage]:>14.1f}" for v in best)
+        ratio = ""
+        if len(best) == 2:
+            base, cur = (best[v][stage] for v in versions)
+            ratio = f"   x{base / cur:.2f} less" if cur else ""
+        print(f"{stage:44}{row}{ratio}")
+    print(describe(load))
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    args.results.write_text(
+        json.dumps(
+            {
+                "benchmark": "capture_cpu",
+                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                "environment": environment(load),
+                "baseline": args.baseline_label if args.baseline_src else None,
+                "best": best,
+                "runs": runs,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+
+
+if __name__ == "__main__":
+    main()

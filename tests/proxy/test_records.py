@@ -1,0 +1,244 @@
+"""Capture records: one typed, versioned codec for the spool; records spooled by earlier versions (untyped
+dicts, no version) still decode and convert to the same events; the writer never reads the store back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import orjson
+import pytest
+
+from evolvable.protocol.models import LLMCallStep, StepAppended, ToolCallStep, TrajectoryStarted
+from evolvable.proxy.capture import Converter
+from evolvable.proxy.hooks import PassThroughGovernor
+from evolvable.proxy.records import (
+    RECORD_VERSION,
+    CallRecord,
+    EndRecord,
+    SessionRecord,
+    SignalRecord,
+    StepRecord,
+    decode,
+    encode,
+)
+from evolvable.proxy.sessions import SessionManager
+from evolvable.proxy.spool import Spool, SpoolReader
+from evolvable.proxy.writer import BackgroundWriter, WriterStats
+from evolvable.store import Store
+
+REPLY = {
+    "id": "chatcmpl-1",
+    "model": "mock",
+    "choices": [
+        {
+            "index": 0,
+            "finish_reason": "tool_calls",
+            "message": {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": '{"id": 7}'}}
+                ],
+            },
+        }
+    ],
+    "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+}
+ASK = [{"role": "user", "content": "where is order 7?"}]
+ANSWERED = [*ASK, REPLY["choices"][0]["message"], {"role": "tool", "tool_call_id": "call_1", "content": "shipped"}]
+
+# Exactly what the proxy spooled before records were typed (PERFORMANCE.md, issue 19): untyped, no version.
+V1_SESSION = {
+    "t": "session",
+    "id": "traj_v1",
+    "traj": "traj_v1",
+    "tenant": "acme",
+    "agent": "support",
+    "end_user": "alice",
+    "task_id": "task_9",
+    "task_input": {"ticket": 9},
+    "metadata": {"intent": "order"},
+    "hv": "h1",
+    "pv": None,
+    "at": 1.7e9,
+}
+V1_CALL = {
+    "t": "call",
+    "id": "req_1",
+    "rid": "req_1",
+    "traj": "traj_v1",
+    "tenant": "acme",
+    "sess": "traj_v1",
+    "agent": "support",
+    "end_user": "alice",
+    "ep": "chat",
+    "req": {"model": "mock", "messages": ASK, "temperature": 0.2, "return_token_ids": True},
+    "injected": ["return_token_ids"],
+    "cm": None,
+    "up": "mock",
+    "hv": "h1",
+    "pv": None,
+    "setv": False,
+    "sub": False,
+    "stream": False,
+    "t0": 1.7e9 + 1,
+    "resp": REPLY,
+    "lat": 12.5,
+}
+V1_END = {
+    "t": "end",
+    "id": "end_1",
+    "traj": "traj_v1",
+    "sess": "traj_v1",
+    "tenant": "acme",
+    "end_user": "alice",
+    "status": "completed",
+    "outcome": 1.0,
+    "reason": None,
+    "at": 1.7e9 + 2,
+}
+
+
+def _typed_call(rid: str, messages: list[dict[str, object]], reply: bytes) -> CallRecord:
+    record = CallRecord(
+        id=rid,
+        request_id=rid,
+        trajectory_id="traj_v1",
+        tenant_id="acme",
+        session_id="traj_v1",
+        agent="support",
+        end_user="alice",
+        request={"model": "mock", "messages": messages, "temperature": 0.2, "return_token_ids": True},
+        injected=["return_token_ids"],
+        upstream="mock",
+        harness_version="h1",
+        started=1.7e9 + 1,
+        latency_ms=12.5,
+    )
+    record.reply = msgspec.Raw(reply)  # as the request path sets it: the upstream's bytes, not re-serialized
+    return record
+
+
+def _spooled(record: CallRecord) -> CallRecord:
+    """The record as the writer sees it: through the spool's codec."""
+    decoded = decode(encode(record))
+    assert isinstance(decoded, CallRecord)
+    return decoded
+
+
+def test_every_record_kind_round_trips_at_the_current_version() -> None:
+    records = [
+        SessionRecord(id="traj_a", trajectory_id="traj_a", agent="a", metadata={"k": 1}, at=1.0),
+        CallRecord(id="r", request_id="r", trajectory_id="traj_a", session_id="traj_a", error={"type": "x"}),
+        StepRecord(id="s", trajectory_id="traj_a", step={"id": "s", "kind": "message"}),
+        SignalRecord(id="g", trajectory_id="traj_a", signal={"id": "g", "kind": "outcome", "value": 1}),
+        EndRecord(id="e", trajectory_id="traj_a", session_id="traj_a", status="completed", outcome=0.5),
+    ]
+    for record in records:
+        payload = encode(record)
+        assert orjson.loads(payload)["v"] == RECORD_VERSION
+        assert decode(payload) == record
+
+
+def test_a_reply_is_framed_as_the_upstream_sent_it() -> None:
+    raw = orjson.dumps(REPLY)
+    payload = encode(_typed_call("req_1", ASK, raw))
+    assert raw in payload  # spliced in, byte for byte
+    assert decode(payload).reply == REPLY  # type: ignore[union-attr]
+
+
+def test_version_1_records_decode_and_convert_like_their_typed_successors() -> None:
+    old = [decode(orjson.dumps(r)) for r in (V1_SESSION, V1_CALL, V1_END)]
+    assert [r.version for r in old] == [1, 1, 1]
+    assert isinstance(old[0], SessionRecord) and old[0].harness_version == "h1" and old[0].tenant_id == "acme"
+    new = [
+        SessionRecord(
+            id="traj_v1",
+            trajectory_id="traj_v1",
+            tenant_id="acme",
+            agent="support",
+            end_user="alice",
+            task_id="task_9",
+            task_input={"ticket": 9},
+            metadata={"intent": "order"},
+            harness_version="h1",
+            at=1.7e9,
+        ),
+        _typed_call("req_1", ASK, orjson.dumps(REPLY)),
+        EndRecord(
+            id="end_1",
+            trajectory_id="traj_v1",
+            session_id="traj_v1",
+            tenant_id="acme",
+            end_user="alice",
+            status="completed",
+            outcome=1.0,
+            at=1.7e9 + 2,
+        ),
+    ]
+    events_old = [e for r in old for e in Converter().convert(r)]
+    events_new = [e for r in map(decode, map(encode, new)) for e in Converter().convert(r)]
+    unstamped = [[e.model_dump(exclude={"occurred_at"}) for e in events] for events in (events_old, events_new)]
+    assert unstamped[0] == unstamped[1]  # (`occurred_at` is when the event was made)
+    start, step = events_old[0], events_old[1]
+    assert isinstance(start, TrajectoryStarted) and start.header.task_input == {"ticket": 9}
+    assert isinstance(step, StepAppended) and isinstance(step.step, LLMCallStep)
+    assert step.step.sampling == {"temperature": 0.2}  # the injected token field is not the client's setting
+    assert step.step.choices[0].message is not None and step.step.usage is not None
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {**V1_CALL, "traj": 5},  # wrong type
+        {k: v for k, v in V1_CALL.items() if k != "rid"},  # a required field missing
+        {**V1_CALL, "t": "telegram"},  # an unknown kind
+        [1, 2],
+    ],
+)
+def test_malformed_records_fail_to_decode(bad: object) -> None:
+    with pytest.raises(msgspec.ValidationError):
+        decode(orjson.dumps(bad))
+
+
+def test_a_tool_result_after_a_restart_is_named_from_the_conversation_not_the_store() -> None:
+    """The converter has no store: a fresh one (a restarted writer) takes name and arguments of the call
+    from the assistant message in the request; only the link to the earlier llm_call step is unknown."""
+    events = Converter().convert(_spooled(_typed_call("req_2", ANSWERED, orjson.dumps(REPLY))))
+    tool = next(e.step for e in events if isinstance(e, StepAppended) and isinstance(e.step, ToolCallStep))
+    assert (tool.tool_name, tool.arguments, tool.result) == ("lookup", {"id": 7}, "shipped")
+    assert tool.llm_step_id is None
+    warm = Converter()
+    warm.convert(_spooled(_typed_call("req_1", ASK, orjson.dumps(REPLY))))
+    events = warm.convert(_spooled(_typed_call("req_2", ANSWERED, orjson.dumps(REPLY))))
+    tool = next(e.step for e in events if isinstance(e, StepAppended) and isinstance(e.step, ToolCallStep))
+    assert tool.llm_step_id == "step_req_1" and tool.tool_name == "lookup"
+
+
+def test_the_writer_applies_version_1_and_2_records_from_one_spool(tmp_path: Path) -> None:
+    """A spool left by an earlier version, continued by this one, drains into the store (real SQLite)."""
+    spool_dir = tmp_path / "spool"
+    with Store.open(f"sqlite:///{tmp_path / 'store.db'}") as store:
+        with Spool(spool_dir) as spool:
+            for payload in (
+                orjson.dumps(V1_SESSION),
+                orjson.dumps(V1_CALL),
+                encode(_typed_call("req_2", ANSWERED, orjson.dumps(REPLY))),
+                encode(
+                    EndRecord(
+                        id="end_2", trajectory_id="traj_v1", tenant_id="acme", session_id="traj_v1", status="completed"
+                    )
+                ),
+            ):
+                assert spool.append_nowait(payload)
+            spool.wait_written(4, 10)
+        writer = BackgroundWriter(
+            SpoolReader(spool_dir), store, PassThroughGovernor(), SessionManager(store), WriterStats()
+        )
+        assert writer.drain() == 4
+        stored = store.get_trajectory("traj_v1")
+    assert stored.harness_version == "h1" and stored.status.value == "completed"
+    assert [s.kind for s in stored.steps] == ["llm_call", "tool_call", "llm_call"]
+    tool = stored.steps[1]
+    assert isinstance(tool, ToolCallStep) and tool.llm_step_id == "step_req_1"
