@@ -18,11 +18,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sqlalchemy.engine import Engine
-
 from evolvable.control.adapters import AdapterSync
 from evolvable.control.models import VersionKind, VersionRecord, VersionState
 from evolvable.control.registry import Registry
+from evolvable.store.engine import Engine
 
 
 def exemplar_eraser(engine: Engine) -> Callable[[str | None, set[str], str], dict[str, int]]:

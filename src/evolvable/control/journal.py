@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import sqlalchemy as sa
-
 from evolvable.control.models import (
     Decision,
     DecisionState,
@@ -19,6 +17,7 @@ from evolvable.control.models import (
 from evolvable.control.registry import DEFAULT_TENANT, now, utc
 from evolvable.errors import NotFound
 from evolvable.protocol.models import new_id
+from evolvable.store.engine import Engine
 from evolvable.store.repos.journal import JournalRows, Row, journal_rows
 
 
@@ -72,7 +71,7 @@ def _rollout(row: Row) -> Rollout:
 class Journal:
     """Decisions and rollouts of one tenant (`tenant=None` reads every tenant, as the harness router does)."""
 
-    def __init__(self, rows: JournalRows | sa.Engine, tenant: str | None = DEFAULT_TENANT) -> None:
+    def __init__(self, rows: JournalRows | Engine, tenant: str | None = DEFAULT_TENANT) -> None:
         self.rows = journal_rows(rows)
         self.tenant = tenant
 

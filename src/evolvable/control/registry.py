@@ -18,11 +18,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import sqlalchemy as sa
-
 from evolvable.control.models import TRANSITIONS, PolicySpec, Transition, VersionKind, VersionRecord, VersionState
 from evolvable.errors import ControlError, NotFound
 from evolvable.protocol.harness import Harness
+from evolvable.store.engine import Engine
 from evolvable.store.repos.base import now, utc
 from evolvable.store.repos.registry import RegistryChange, RegistryRows, registry_rows
 
@@ -87,7 +86,7 @@ class Registry:
     `tenant=None` reads every tenant (the harness router's snapshot); it registers into `default`.
     `rows` is the registry repository, or the store's engine (wrapped in the SQL one)."""
 
-    def __init__(self, rows: RegistryRows | sa.Engine, tenant: str | None = DEFAULT_TENANT) -> None:
+    def __init__(self, rows: RegistryRows | Engine, tenant: str | None = DEFAULT_TENANT) -> None:
         self.rows = registry_rows(rows)
         self.tenant = tenant
 

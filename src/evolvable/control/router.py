@@ -17,8 +17,6 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy.engine import Engine
-
 from evolvable.control.journal import Journal
 from evolvable.control.models import REPLAY_METADATA_KEY, PolicySpec, RolloutState, VersionKind, VersionRecord
 from evolvable.control.registry import DEFAULT_TENANT, Registry
@@ -28,6 +26,7 @@ from evolvable.errors import NotFound
 from evolvable.protocol.harness import Harness, render_messages
 from evolvable.protocol.models import ChatMessage
 from evolvable.proxy.hooks import RewriteResult, SessionContext  # the seam's types; the proxy owns them
+from evolvable.store.engine import Engine
 
 
 def bucket(session_id: str) -> float:

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
-import sqlalchemy as sa
 
 from evolvable.control.clustering import TfidfKMeans
 from evolvable.control.statistics import RunSummary
+from evolvable.store.engine import Engine
 from evolvable.store.repos.clusterers import ClustererRows, clusterer_rows
 
 UNCLUSTERED = "all"
@@ -74,7 +74,7 @@ def similarities(model: TfidfKMeans, texts: Sequence[str]) -> np.ndarray:
 class ClustererStore:
     """Versioned clusterer artefacts in the store, cached by version (one query per lookup, no refits)."""
 
-    def __init__(self, rows: ClustererRows | sa.Engine) -> None:
+    def __init__(self, rows: ClustererRows | Engine) -> None:
         self.rows = clusterer_rows(rows)
         self._cache: dict[tuple[str, str, int], FittedClusterer] = {}
         self._lock = threading.Lock()

@@ -13,11 +13,11 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-import sqlalchemy as sa
 from pydantic import BaseModel
 
 from evolvable.governance.redaction import redact_text
 from evolvable.protocol.models import utcnow
+from evolvable.store.engine import Engine
 from evolvable.store.repos.audit import AuditRecord, AuditRows, audit_rows
 
 
@@ -78,7 +78,7 @@ def _safe_value(key: str, value: str) -> str:
 class AuditLog:
     """Appends and reads audit entries through the audit repository (an engine is wrapped in the SQL one)."""
 
-    def __init__(self, rows: AuditRows | sa.Engine) -> None:
+    def __init__(self, rows: AuditRows | Engine) -> None:
         self.rows = audit_rows(rows)
 
     @staticmethod

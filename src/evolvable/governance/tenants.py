@@ -18,7 +18,6 @@ import time
 from datetime import UTC, datetime
 from typing import Any, overload
 
-import sqlalchemy as sa
 from pydantic import BaseModel, Field, ValidationError
 
 from evolvable.errors import GovernanceError, NotFound
@@ -27,6 +26,7 @@ from evolvable.governance.capture import strictest
 from evolvable.protocol.models import CaptureMode, new_id, utcnow
 from evolvable.proxy.hooks import Principal, Role
 from evolvable.store import Store
+from evolvable.store.engine import Engine
 from evolvable.store.repos.tenants import Row, TenantRows, tenant_rows
 
 KEY_PREFIX = "evk_"
@@ -113,14 +113,14 @@ class TenantDirectory:
 
     def __init__(
         self,
-        rows: TenantRows | sa.Engine,
+        rows: TenantRows | Engine,
         *,
         admin_key: str | None = None,
         cache_ttl_s: float = 30.0,
         audit: AuditLog | None = None,
     ) -> None:
         if audit is None:
-            if not isinstance(rows, sa.Engine):
+            if not isinstance(rows, Engine):
                 raise GovernanceError("a TenantDirectory on a repository needs its audit log (`audit=`)")
             audit = AuditLog(rows)
         self.rows = tenant_rows(rows)

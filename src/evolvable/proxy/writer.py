@@ -24,8 +24,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import sqlalchemy as sa
-
 from evolvable.protocol.models import Event, VersionsNamed, utcnow
 from evolvable.proxy.capture import Converter
 from evolvable.proxy.deadletter import DEFAULT_MAX_AGE_S, DeadLetter
@@ -361,9 +359,8 @@ def _child_main(writer: BackgroundWriter, stop: Any, parent_pid: int, close_fds:
         with contextlib.suppress(OSError):
             os.nice(nice)
     # Never share the parent's pooled connections: drop them (without closing the parent's sockets).
-    for holder in (writer.store, writer.governor, getattr(writer.governor, "store", None)):
-        engine = getattr(holder, "engine", None)
-        if isinstance(engine, sa.Engine):
-            engine.dispose(close=False)
+    for holder in (writer.store, getattr(writer.governor, "store", None)):
+        if isinstance(holder, Store):
+            holder.forget_pooled_connections()
     writer.run(lambda: stop.is_set() or os.getppid() != parent_pid)
-    writer.store.engine.dispose()
+    writer.store.close()

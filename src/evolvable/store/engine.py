@@ -15,9 +15,12 @@ from typing import Any
 
 import orjson
 import sqlalchemy as sa
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import URL, Engine, make_url
 
 from evolvable.errors import StoreError
+
+__all__ = ["WRITE_OPTIONS", "Engine", "RawJSON", "create_engine", "redacted"]
+"""`Engine` is re-exported: components name the type from here, and only the store imports SQLAlchemy."""
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 WRITE_OPTIONS = {"evolvable_write": True}

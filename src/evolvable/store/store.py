@@ -56,6 +56,10 @@ class Store:
     def close(self) -> None:
         self.engine.dispose()
 
+    def forget_pooled_connections(self) -> None:
+        """Drop pooled connections without closing their sockets: a forked child must not share its parent's."""
+        self.engine.dispose(close=False)
+
     def healthy(self) -> bool:
         """Whether the database answers now (a writer tells an outage from a bad record by it)."""
         try:
