@@ -12,3 +12,5 @@ test:
 lint:
 	.venv/bin/ruff check src tests benchmarks
 	.venv/bin/ruff format --check src tests benchmarks
+	.venv/bin/lint-imports
+	.venv/bin/mypy

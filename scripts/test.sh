@@ -5,9 +5,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-# Static checks first: lint, and the layer contract (docs/ARCHITECTURE.md) that a wrong import breaks.
+# Static checks first: lint, the layer contract (docs/ARCHITECTURE.md) that a wrong import breaks,
+# and the type checker ([tool.mypy] in pyproject.toml: strict, over src/).
 .venv/bin/ruff check src tests benchmarks
 .venv/bin/lint-imports
+.venv/bin/mypy
 set +e
 .venv/bin/python -m pytest "$@"
 code=$?

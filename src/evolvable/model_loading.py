@@ -197,7 +197,7 @@ def load_base_model(
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype or torch.float32, local_files_only=True)
     if device is not None and torch.device(device).type != "cpu":
         torch.nn.Module.to(model, torch.device(device))  # transformers' own `to` wrapper confuses type checkers
-    model.eval()
+    model.eval()  # type: ignore[no-untyped-call]  # transformers' eval() override is unannotated
     return model, tokenizer
 
 

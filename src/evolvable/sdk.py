@@ -26,7 +26,7 @@ import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import httpx
 
@@ -53,6 +53,9 @@ from evolvable.proxy.hooks import Governor
 from evolvable.store import Store
 
 __all__ = ["RecordingError", "TrajectoryRecorder", "trajectory"]
+
+# Each step kind: `step()` hands back the kind it was given.
+_AnyStep = TypeVar("_AnyStep", LLMCallStep, ToolCallStep, MessageStep, HandoffStep, MemoryOpStep, SkillUseStep)
 
 
 class RecordingError(EvolvableError):
@@ -142,7 +145,8 @@ class _ProxySink:
             except (ValueError, KeyError, TypeError):
                 message = r.text[:500]
             raise RecordingError(f"the proxy refused {path} ({r.status_code}): {message}")
-        return r.json()
+        answer: dict[str, Any] = r.json()
+        return answer
 
     def step(self, step: Step) -> None:
         self._post(f"/v1/sessions/{self.trajectory_id}/steps", step.model_dump(mode="json"), self._key)
@@ -180,28 +184,28 @@ class TrajectoryRecorder:
     def id(self) -> str:
         return self._sink.trajectory_id
 
-    def step(self, step: Step) -> Step:
+    def step(self, step: _AnyStep) -> _AnyStep:
         """Record any ATDP step; returns it (its `id` is what signals and `parent_step_id` refer to)."""
         self._sink.step(step)
         return step
 
     def llm_call(self, **fields: Any) -> LLMCallStep:
-        return self.step(LLMCallStep(**fields))  # type: ignore[return-value]
+        return self.step(LLMCallStep(**fields))
 
     def tool_call(self, **fields: Any) -> ToolCallStep:
-        return self.step(ToolCallStep(**fields))  # type: ignore[return-value]
+        return self.step(ToolCallStep(**fields))
 
     def message(self, **fields: Any) -> MessageStep:
-        return self.step(MessageStep(**fields))  # type: ignore[return-value]
+        return self.step(MessageStep(**fields))
 
     def handoff(self, **fields: Any) -> HandoffStep:
-        return self.step(HandoffStep(**fields))  # type: ignore[return-value]
+        return self.step(HandoffStep(**fields))
 
     def memory_op(self, **fields: Any) -> MemoryOpStep:
-        return self.step(MemoryOpStep(**fields))  # type: ignore[return-value]
+        return self.step(MemoryOpStep(**fields))
 
     def skill_use(self, **fields: Any) -> SkillUseStep:
-        return self.step(SkillUseStep(**fields))  # type: ignore[return-value]
+        return self.step(SkillUseStep(**fields))
 
     def signal(self, kind: SignalKind | str, value: float, step: Step | str | None = None, **fields: Any) -> Signal:
         """Attach a signal to the trajectory, or to a step (the step or its id). Allowed after the end."""

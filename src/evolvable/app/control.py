@@ -10,7 +10,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -31,6 +31,13 @@ from evolvable.control.workloads import Workload, WorkloadContext, WorkloadError
 from evolvable.protocol.harness import Harness, MemoryExemplar
 from evolvable.proxy.config import ProxyConfig
 from evolvable.store import Store
+
+if TYPE_CHECKING:
+    from evolvable.control.evolvers import Evolver
+    from evolvable.control.evolvers.weights import WeightsEvolver
+    from evolvable.control.jobs import Launcher
+    from evolvable.control.judge import Judge
+    from evolvable.control.router import HarnessRouter
 
 
 def control_config(config: EvolvableConfig) -> ControlConfig:
@@ -53,7 +60,7 @@ def control_config(config: EvolvableConfig) -> ControlConfig:
     )
 
 
-def weights_evolver(config: EvolvableConfig, store: Store | None, servers: tuple[str, ...]) -> Any:
+def weights_evolver(config: EvolvableConfig, store: Store | None, servers: tuple[str, ...]) -> WeightsEvolver:
     """The weights lever: background jobs through the configured launcher, gated snapshots, hot-loading."""
     from evolvable.control.evolvers.weights import WeightsEvolver
     from evolvable.control.jobs import CommandLauncher, JobManager, LocalLauncher
@@ -64,7 +71,7 @@ def weights_evolver(config: EvolvableConfig, store: Store | None, servers: tuple
     launch = w.launcher
     jobs = None
     if launch.kind != "inline" and store is not None:
-        launcher: Any = (
+        launcher: Launcher = (
             LocalLauncher(num_processes=launch.num_processes, tool=launch.tool)
             if launch.kind == "local"
             else CommandLauncher(launch.template or "", launch.num_processes, launch.cancel_template)
@@ -81,7 +88,7 @@ def weights_evolver(config: EvolvableConfig, store: Store | None, servers: tuple
 
 def evolvers(
     config: EvolvableConfig, proxy: ProxyConfig, policy_endpoints: dict[str, str], store: Store | None = None
-) -> dict[Lever, Any]:
+) -> dict[Lever, Evolver]:
     from evolvable.control.evolvers import default_evolvers
     from evolvable.control.evolvers.memory import MemoryEvolver
 
@@ -129,9 +136,11 @@ def load_workload(section: WorkloadSection) -> Workload:
     if section.object is not None:
         return load_object(section.object)
     try:
-        from evolvable.control.webhook import WebhookWorkload  # type: ignore[import-not-found]
+        from evolvable.control.webhook import WebhookWorkload
     except ImportError as err:
         raise WorkloadError(f"webhook workloads are not available in this installation: {err}") from None
+    if section.webhook is None:  # (unreachable: the section's validator wants exactly one of the three)
+        raise WorkloadError("the workload names no entry point, object or webhook")
     workload: Workload = WebhookWorkload(section.webhook, timeout_s=section.timeout_s, options=section.options)
     return workload
 
@@ -156,7 +165,7 @@ def replay_suite(
     sanitize: Callable[[MemoryExemplar], MemoryExemplar] | None,
     *,
     store: Store | None = None,
-    judge: Any = None,
+    judge: Judge | None = None,
     clusterer: Callable[[], Any] | None = None,
 ) -> ReplaySuite | None:
     """The agent's workload plugin; without one, replay from its recorded traffic judged by the judge model
@@ -175,7 +184,7 @@ def replay_suite(
     if agent.workload is None:
         from evolvable.control.recorded_replay import RecordedTrafficWorkload
 
-        assert store is not None  # no workload and no store returned None above
+        assert store is not None and judge is not None  # (without both, the guard above returned)
 
         recorded = RecordedTrafficWorkload(
             store,
@@ -199,7 +208,7 @@ def build_planes(
     store: Store,
     proxy: ProxyConfig,
     *,
-    router: Any = None,
+    router: HarnessRouter | None = None,
     policy_endpoints: dict[str, str] | None = None,
     sanitize: Callable[[MemoryExemplar], MemoryExemplar] | None = None,
 ) -> ControlPlanes:

@@ -14,10 +14,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from evolvable.errors import EvolvableError
 from evolvable.store import Store
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from evolvable.policy_server.engine import Engine
+    from evolvable.store import Store
 
 __all__ = ["LocalStack", "ServerThread", "local_stack"]
 
@@ -25,7 +32,7 @@ __all__ = ["LocalStack", "ServerThread", "local_stack"]
 class ServerThread:
     """An ASGI app on uvicorn in a daemon thread, on a free port."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Starlette) -> None:
         import uvicorn
 
         self.app = app
@@ -56,7 +63,7 @@ class ServerThread:
 
 @dataclass
 class LocalStack:
-    engine: Any
+    engine: Engine
     policy_server: ServerThread
     proxy: ServerThread
     store: Store
@@ -80,7 +87,9 @@ class LocalStack:
 
 
 @contextmanager
-def local_stack(model: Any, tokenizer: Any, workdir: str | Path, *, max_batch: int = 16) -> Iterator[LocalStack]:
+def local_stack(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, workdir: str | Path, *, max_batch: int = 16
+) -> Iterator[LocalStack]:
     """Policy server (on `model`) + the root's proxy (SQLite store under `workdir`, no governance or control:
     the recorded token ids must be the engine's own), stopped on exit."""
     from evolvable.app.config import parse_config
@@ -104,6 +113,7 @@ def local_stack(model: Any, tokenizer: Any, workdir: str | Path, *, max_batch: i
             source="the local rollout stack",
         )
         with build_stack(config) as stack:
+            assert stack.app is not None  # build_stack always builds the app
             proxy = ServerThread(stack.app).start()
             try:
                 yield LocalStack(engine, policy, proxy, stack.store)

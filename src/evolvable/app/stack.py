@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from evolvable.app.config import EvolvableConfig
 from evolvable.app.control import build_planes
@@ -25,15 +25,23 @@ from evolvable.proxy.config import ProxyConfig
 from evolvable.settings import get_settings
 from evolvable.store import Store
 
+if TYPE_CHECKING:
+    from fastapi import APIRouter, FastAPI
+
+    from evolvable.control.router import HarnessRouter
+    from evolvable.governance import Governance
+    from evolvable.governance.redaction.tokenizer_registry import TokenizerRegistry
+    from evolvable.proxy.hooks import Authenticator
+
 
 @dataclass
 class Stack:
     config: EvolvableConfig
     store: Store
     proxy_config: ProxyConfig
-    app: Any = None
-    governance: Any = None
-    router: Any = None
+    app: FastAPI | None = None
+    governance: Governance | None = None
+    router: HarnessRouter | None = None
     planes: ControlPlanes | None = None
     policy_endpoints: dict[str, str] = field(default_factory=dict)
     resources: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
@@ -48,7 +56,7 @@ class Stack:
         self.close()
 
 
-def _tokenizers(config: EvolvableConfig) -> Any:
+def _tokenizers(config: EvolvableConfig) -> TokenizerRegistry | None:
     """Local tokenizers for redacting token ids: the configured ones, else the embedded servers' model."""
     from evolvable.governance.redaction.tokenizer_registry import TokenizerRegistry
 
@@ -63,7 +71,7 @@ def _tokenizers(config: EvolvableConfig) -> Any:
     return None
 
 
-def _governance(config: EvolvableConfig, store: Store, policy_endpoints: dict[str, str]) -> Any:
+def _governance(config: EvolvableConfig, store: Store, policy_endpoints: dict[str, str]) -> Governance:
     from evolvable.control.erasure import control_erasers
     from evolvable.governance import Governance
 
@@ -108,25 +116,25 @@ def build_stack(config: EvolvableConfig, *, log_dir: Path | None = None) -> Stac
 
     stack = _open(config, log_dir=log_dir)
     try:
-        routers: list[Any] = []
+        routers: list[APIRouter] = []
         governor = authenticator = None
         if config.governance.enabled:
-            stack.governance = _governance(config, stack.store, stack.policy_endpoints)
-            governor, authenticator = stack.governance.governor, stack.governance.authenticator
-            routers += stack.governance.routers
+            governance = stack.governance = _governance(config, stack.store, stack.policy_endpoints)
+            governor, authenticator = governance.governor, governance.authenticator
+            routers += governance.routers
         if config.control.enabled:
-            stack.router = HarnessRouter(stack.store.engine)
-            stack.planes = _planes(stack, router=stack.router)
+            router = stack.router = HarnessRouter(stack.store.engine)
+            planes = stack.planes = _planes(stack, router=router)
             routers.append(
                 create_control_router(
-                    stack.planes,
-                    stack.router,
+                    planes,
+                    router,
                     authenticator=_key_directory(stack),
                     tick_interval_s=config.control.tick_interval_s or None,
                     on_action=stack.governance.audit_control_action if stack.governance is not None else None,
                 )
             )
-        stack.app = create_app(
+        app = stack.app = create_app(
             stack.proxy_config,
             stack.store,
             governor=governor,
@@ -136,18 +144,18 @@ def build_stack(config: EvolvableConfig, *, log_dir: Path | None = None) -> Stac
         )
         from evolvable.dashboard import install_dashboard
 
-        install_dashboard(stack.app, plane=stack.planes)
+        install_dashboard(app, plane=stack.planes)
         if stack.governance is not None:
-            stack.governance.install(stack.app)
+            stack.governance.install(app)
         if stack.proxy_config.otlp_export_url:
-            _export_continuously(stack)
+            _export_continuously(stack, app)
     except BaseException:
         stack.close()
         raise
     return stack
 
 
-def _export_continuously(stack: Stack) -> None:
+def _export_continuously(stack: Stack, app: FastAPI) -> None:
     """OTLP out as runs end; headers come from OTEL_EXPORTER_OTLP_(TRACES_)HEADERS (read by the SDK)."""
     from evolvable.proxy.otlp_export import BackgroundExport, install_background_export, otlp_exporter
 
@@ -160,7 +168,7 @@ def _export_continuously(stack: Stack) -> None:
         interval_s=cfg.otlp_export_interval_s,
         settle_s=cfg.otlp_export_settle_s,
     )
-    install_background_export(stack.app, export)
+    install_background_export(app, export)
 
 
 def build_control_only(config: EvolvableConfig) -> Stack:
@@ -175,7 +183,7 @@ def build_control_only(config: EvolvableConfig) -> Stack:
     return stack
 
 
-def _planes(stack: Stack, *, router: Any) -> ControlPlanes:
+def _planes(stack: Stack, *, router: HarnessRouter | None) -> ControlPlanes:
     sanitize = None
     if stack.config.governance.enabled:
         from evolvable.app.redaction import exemplar_redactor
@@ -191,7 +199,7 @@ def _planes(stack: Stack, *, router: Any) -> ControlPlanes:
     )
 
 
-def _key_directory(stack: Stack) -> Any:
+def _key_directory(stack: Stack) -> Authenticator:
     """The control API always authenticates by key, with or without the rest of governance."""
     if stack.governance is not None:
         return stack.governance.directory

@@ -49,6 +49,7 @@ def serve(
     apply_overrides(cfg, upstream=upstream, spool_dir=spool_dir, otlp_export=otlp_export, **overrides)
     logging.basicConfig(level=cfg.server.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with build_stack(cfg) as stack:
+        assert stack.app is not None  # build_stack always builds the app
         uvicorn.run(
             stack.app,
             host=cfg.server.host,

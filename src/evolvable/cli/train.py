@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from evolvable.errors import TrainingError
+
+if TYPE_CHECKING:
+    from evolvable.control.registry import Registry
+    from evolvable.store import TrajectoryFilter
+    from evolvable.trainer.samples import DatasetSource, SamplesSource
 
 
 def train(
@@ -42,7 +48,7 @@ def train(
         raise TrainingError("give exactly one of --dataset, --since, --from-file or --resume")
     overrides = {"output_dir": str(output_dir)} if output_dir else {}
     config = RLConfig.from_file(config_file, **overrides) if config_file else RLConfig.from_dict(overrides)
-    source = None
+    source: SamplesSource | None = None
     if dataset:
         source = _dataset_source(dataset, db)
     elif from_file:
@@ -78,7 +84,7 @@ def train(
         console.print(f"published {published.manifest.lora_name}: policy version {published.policy_version or '-'}")
 
 
-def _dataset_source(name: str, db: str | None):
+def _dataset_source(name: str, db: str | None) -> DatasetSource:
     """The named governance dataset snapshot, resolved here so the trainer never opens governance."""
     from evolvable.governance.datasets import DatasetCatalog
     from evolvable.store import Store
@@ -95,7 +101,7 @@ def _dataset_source(name: str, db: str | None):
     )
 
 
-def _since_filter(db: str | None, version: str, agent: str | None):
+def _since_filter(db: str | None, version: str, agent: str | None) -> TrajectoryFilter:
     from evolvable.errors import NotFound
     from evolvable.store import TrajectoryFilter
 
@@ -106,7 +112,7 @@ def _since_filter(db: str | None, version: str, agent: str | None):
     return TrajectoryFilter(agent=agent or record.agent, started_after=record.created_at)
 
 
-def _registry(db: str | None):
+def _registry(db: str | None) -> Registry:
     from evolvable.control.registry import Registry
     from evolvable.store import Store
 

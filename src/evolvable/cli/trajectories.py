@@ -6,11 +6,14 @@ import json
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 
 from evolvable.cli._console import console, err_console
+
+if TYPE_CHECKING:
+    from evolvable.store import Store
 
 trajectories_app = typer.Typer(help="Stored trajectories: list, show, export (JSONL, OTLP).", no_args_is_help=True)
 
@@ -26,7 +29,7 @@ AFTER = typer.Option(None, "--started-after", help="ISO time, inclusive.")
 BEFORE = typer.Option(None, "--started-before", help="ISO time, exclusive.")
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     from rich.markup import escape
 
     err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
@@ -58,7 +61,7 @@ def _filter(**given: Any) -> Any:
     )
 
 
-def _store(db: str | None) -> Any:
+def _store(db: str | None) -> Store:
     from evolvable.errors import EvolvableError
     from evolvable.store import Store
 
@@ -249,7 +252,7 @@ def _send_otlp(trajectories: Any, url: str, headers: dict[str, str], service_nam
     except ExportFailed as err:
         _fail(str(err))
     finally:
-        exporter.shutdown()
+        exporter.shutdown()  # type: ignore[no-untyped-call]  # opentelemetry's OTLPSpanExporter.shutdown is unannotated
     err_console.print(f"{sent} trajectories ({spans} spans) -> {traces_endpoint(url)}", highlight=False)
 
 

@@ -163,7 +163,10 @@ def silhouette(x: np.ndarray, labels: np.ndarray) -> float:
 def adjusted_rand_index(truth: Sequence[str], predicted: Sequence[str]) -> float:
     """Agreement of two partitions, 1 = identical, ~0 = chance (Hubert & Arabie)."""
     pairs = Counter(zip(truth, predicted, strict=True))
-    comb = lambda n: n * (n - 1) / 2  # noqa: E731
+
+    def comb(n: int) -> float:
+        return n * (n - 1) / 2
+
     index = sum(comb(v) for v in pairs.values())
     a = sum(comb(v) for v in Counter(truth).values())
     b = sum(comb(v) for v in Counter(predicted).values())

@@ -70,7 +70,7 @@ class WeightsErasure:
             return {}
         report: dict[str, Any] = {"adapters": affected}
         if self.adapters is not None and any(a["action"] != "flagged for retraining" for a in affected):
-            report["policy_servers"] = self.adapters.sync(Registry(self.registry.engine, tenant=None))
+            report["policy_servers"] = self.adapters.sync(Registry(self.registry.rows, tenant=None))
         return report
 
     def _act(self, record: VersionRecord, hits: int) -> dict[str, Any]:

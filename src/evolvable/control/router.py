@@ -20,6 +20,7 @@ from typing import Any
 from evolvable.control.journal import Journal
 from evolvable.control.models import REPLAY_METADATA_KEY, PolicySpec, RolloutState, VersionKind, VersionRecord
 from evolvable.control.registry import DEFAULT_TENANT, Registry
+from evolvable.control.statistics import Clusterer
 from evolvable.control.task_clusters import ClustererStore, FittedClusterer
 from evolvable.errors import NotFound
 from evolvable.protocol.harness import Harness, render_messages
@@ -72,9 +73,9 @@ class ServedVersions:
             if record.kind == VersionKind.harness:
                 v.harnesses[record.id] = record.harness()
         for rollout in self.journal.rollouts(states=[RolloutState.running]):
-            v = agents.get((rollout.tenant, rollout.agent))
-            if v is not None:
-                setattr(v, f"{rollout.kind.value}_share", rollout.share)
+            rolled = agents.get((rollout.tenant, rollout.agent))
+            if rolled is not None:
+                setattr(rolled, f"{rollout.kind.value}_share", rollout.share)
         self.agents = agents
         if self.clusterer_store is not None:
             self.clusterers = self.clusterer_store.latest_all()
@@ -89,7 +90,7 @@ class HarnessRouter:
         engine: Engine,
         *,
         refresh_interval_s: float = 5.0,
-        clusterer: Any = None,
+        clusterer: Clusterer | None = None,
         max_sessions: int = 100_000,
         learn_clusters: bool = True,
     ) -> None:
@@ -99,7 +100,7 @@ class HarnessRouter:
             ClustererStore(engine) if learn_clusters else None,
         )
         self.refresh_interval_s = refresh_interval_s
-        self.clusterer = clusterer  # anything with .predict(text) -> str, for memory retrieval by cluster
+        self.clusterer = clusterer  # for memory retrieval by cluster
         self.max_sessions = max_sessions
         self._sessions: OrderedDict[str, Assignment] = OrderedDict()
         self._replay_harnesses: dict[str, Harness] = {}
@@ -261,7 +262,7 @@ class HarnessRouter:
 def _with_description(tool: dict[str, Any], harness: Harness) -> dict[str, Any]:
     fn = tool.get("function") if isinstance(tool, dict) else None
     spec = harness.tool(fn.get("name", "")) if isinstance(fn, dict) else None
-    if spec is None:
+    if spec is None or not isinstance(fn, dict):
         return tool
     return {**tool, "function": {**fn, "description": spec.description}}
 

@@ -52,7 +52,7 @@ from evolvable.control.models import (
 from evolvable.control.multi_agent import load_sub_agent_runs
 from evolvable.control.registry import DEFAULT_TENANT, Registry, now
 from evolvable.control.rollout import CanaryConfig, analyze_canary
-from evolvable.control.statistics import RunSummary, compute_statistics, load_runs
+from evolvable.control.statistics import Clusterer, RunSummary, compute_statistics, load_runs
 from evolvable.control.stats_math import wilson_interval, worse_pvalue
 from evolvable.control.task_clusters import TaskClusters
 from evolvable.errors import ControlError
@@ -61,6 +61,9 @@ from evolvable.store import Store
 
 if TYPE_CHECKING:
     from evolvable.control.adapters import AdapterSync
+    from evolvable.control.evolvers.reflective import EvolverModel
+    from evolvable.control.model_endpoints import JudgeModel
+    from evolvable.control.router import HarnessRouter
 
 log = logging.getLogger(__name__)
 
@@ -117,13 +120,13 @@ class ControlPlane:
         *,
         config: ControlConfig | None = None,
         evolvers: dict[Lever, Evolver] | None = None,
-        evolver_model: Any = None,
+        evolver_model: EvolverModel | None = None,
         trainer: Any = None,
-        clusterer: Any = None,
-        router: Any = None,
+        clusterer: Clusterer | None = None,
+        router: HarnessRouter | None = None,
         leader: LeaderLock | None = None,
         tenant: str = DEFAULT_TENANT,
-        judge_model: Any = None,
+        judge_model: JudgeModel | None = None,
         clusters: TaskClusters | None = None,
         judge: Judge | None = None,
         adapters: AdapterSync | None = None,

@@ -70,8 +70,9 @@ def task_text_of(t: Trajectory) -> str:
         return t.task_input
     if isinstance(t.task_input, dict):
         for key in ("text", "ticket", "input", "prompt", "content"):
-            if isinstance(t.task_input.get(key), str):
-                return t.task_input[key]
+            value = t.task_input.get(key)
+            if isinstance(value, str):
+                return value
     for step in t.steps:
         if step.kind == "llm_call":
             users = [m.text() for m in step.request_messages if m.role == "user"]

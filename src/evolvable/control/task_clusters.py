@@ -55,7 +55,10 @@ def to_artifact(model: TfidfKMeans) -> dict[str, object]:
 
 def from_artifact(data: dict[str, object]) -> TfidfKMeans:
     model = TfidfKMeans()
-    model.vocab = {str(k): int(v) for k, v in dict(data["vocab"]).items()}  # type: ignore[call-overload]
+    vocab = data["vocab"]
+    if not isinstance(vocab, dict):
+        raise TypeError(f"a clusterer artifact's vocab is a mapping, not {type(vocab).__name__}")
+    model.vocab = {str(k): int(v) for k, v in vocab.items()}
     model.idf = np.asarray(data["idf"], dtype=float)
     model.centroids = np.asarray(data["centroids"], dtype=float)
     return model

@@ -9,14 +9,20 @@ person logged in with, so they never show what that key may not read.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fastapi.staticfiles import StaticFiles
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from evolvable.control.runtime import ControlPlane
+    from evolvable.control.tenancy import ControlPlanes
 
 STATIC_DIR = Path(__file__).parent / "static"
 
 
-def install_dashboard(app: Any, *, plane: Any = None) -> None:
+def install_dashboard(app: FastAPI, *, plane: ControlPlanes | ControlPlane | None = None) -> None:
     """Mount `/ui/` and the dashboard API on a proxy app; with a control plane, also its pages and metrics."""
     from evolvable.dashboard.runs import runs_router
 

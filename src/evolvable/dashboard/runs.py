@@ -137,7 +137,7 @@ def runs_router(clusterer: Clusterer | None) -> APIRouter:
         t = await _visible_run(rt.store, trajectory_id, v)
         if body.step_id is not None and body.step_id not in {s.id for s in t.steps}:
             raise ResourceNotFound(f"no step {body.step_id} in run {t.id}", code="step_not_found")
-        signal = {
+        signal: dict[str, Any] = {
             "id": new_id("sig"),
             "kind": SignalKind.user_feedback.value,
             "value": 1.0 if body.rating == "up" else 0.0,

@@ -183,7 +183,7 @@ def write_report(
             fh.write(t.model_dump_json() + "\n")
             exported += 1
     versions = _versions(plane, AGENT_NAME)
-    summary = {
+    summary: dict[str, Any] = {
         "model": cfg.model,
         "quick": cfg.quick,
         "levers": sorted(lv.value for lv in cfg.levers),

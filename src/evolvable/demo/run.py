@@ -24,7 +24,7 @@ from dataclasses import asdict
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from evolvable.demo.config import DemoConfig, RoundRecord
 from evolvable.demo.report import write_report
@@ -62,7 +62,7 @@ def run_demo(cfg: DemoConfig, console: Console | None = None) -> dict[str, Any]:
     with contextlib.ExitStack() as resources:
         with console.status("starting the embedded policy server (the first start converts the model, ~30 s)"):
             stack = resources.enter_context(build_stack(demo_configuration(cfg, harness_file), log_dir=cfg.report_dir))
-        assert stack.planes is not None and stack.router is not None
+        assert stack.planes is not None and stack.router is not None and stack.app is not None
         store, router, endpoint = stack.store, stack.router, stack.policy_endpoints[POLICY_SERVER]
         plane = stack.planes.plane("default")
         safety_set = plane.suites[AGENT_NAME].safety
@@ -86,6 +86,10 @@ def run_demo(cfg: DemoConfig, console: Console | None = None) -> dict[str, Any]:
             for r in range(cfg.rounds):
                 batch = train_set[r * cfg.round_size : (r + 1) * cfg.round_size]
                 bar = progress.add_task(f"round {r + 1}/{cfg.rounds}: live traffic via the proxy", total=len(batch))
+
+                def advance(_: object, bar: TaskID = bar) -> None:
+                    progress.advance(bar)
+
                 live = evaluate(
                     batch,
                     proxy.v1,
@@ -95,7 +99,7 @@ def run_demo(cfg: DemoConfig, console: Console | None = None) -> dict[str, Any]:
                     apply_harness="proxy",
                     temperature=cfg.live_temperature,
                     seed=cfg.seed * 1000 + r * 100,
-                    on_episode=lambda _, bar=bar: progress.advance(bar),
+                    on_episode=advance,
                     **eval_kw,
                 )
                 proxy.flush()
@@ -127,6 +131,7 @@ def run_demo(cfg: DemoConfig, console: Console | None = None) -> dict[str, Any]:
             active = plane.registry.current(AGENT_NAME, VersionKind.harness, VersionState.active)
             policy = plane.registry.current(AGENT_NAME, VersionKind.policy, VersionState.active)
             final_model = policy.policy().served_model if policy is not None else cfg.model
+            assert active is not None, "bootstrap registered an active harness"
             after, after_safety = measure("after", active.harness(), final_model)
             proxy.flush()
 

@@ -10,7 +10,19 @@ Names are imported lazily, so `import evolvable.governance.redaction` stays ligh
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the real types, for the type checker; at run time each name loads on first use
+    from evolvable.governance.api import AuditReadsMiddleware, governance_routers
+    from evolvable.governance.audit import AuditAction, AuditEntry, AuditLog
+    from evolvable.governance.curation import Deduplicator, QualityConfig
+    from evolvable.governance.datasets import DatasetCatalog, DatasetInfo
+    from evolvable.governance.pipeline import Governor
+    from evolvable.governance.purge import Purger, PurgeReport, PurgeRequest
+    from evolvable.governance.redaction.tokenizer_registry import TokenizerRegistry
+    from evolvable.governance.retention import RetentionJob, retention_loop
+    from evolvable.governance.tenants import IssuedKey, Tenant, TenantDirectory
+    from evolvable.governance.wiring import Governance
 
 _EXPORTS = {
     "AuditAction": "audit",
@@ -35,7 +47,28 @@ _EXPORTS = {
     "retention_loop": "retention",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [  # (spelled out, not sorted(_EXPORTS), so the type checker sees what is exported)
+    "AuditAction",
+    "AuditEntry",
+    "AuditLog",
+    "AuditReadsMiddleware",
+    "DatasetCatalog",
+    "DatasetInfo",
+    "Deduplicator",
+    "Governance",
+    "Governor",
+    "IssuedKey",
+    "PurgeReport",
+    "PurgeRequest",
+    "Purger",
+    "QualityConfig",
+    "RetentionJob",
+    "Tenant",
+    "TenantDirectory",
+    "TokenizerRegistry",
+    "governance_routers",
+    "retention_loop",
+]
 
 
 def __getattr__(name: str) -> Any:

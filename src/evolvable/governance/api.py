@@ -24,6 +24,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.background import BackgroundTask
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from evolvable.errors import (
     EvolvableError,
@@ -377,14 +378,15 @@ class AuditReadsMiddleware:
 
     Mount with `app.add_middleware(AuditReadsMiddleware, directory=directory)` after `create_app`."""
 
-    def __init__(self, app: Any, directory: TenantDirectory, audit: AuditLog | None = None) -> None:
+    def __init__(self, app: ASGIApp, directory: TenantDirectory, audit: AuditLog | None = None) -> None:
         self.app, self.directory = app, directory
         self.audit = audit or directory.audit
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         match = _TRAJECTORY_READ.match(scope.get("path", "")) if scope["type"] == "http" else None
         if match is None or scope.get("method") != "GET":
-            return await self.app(scope, receive, send)
+            await self.app(scope, receive, send)
+            return
         headers = {k.decode().lower(): v.decode() for k, v in scope.get("headers", [])}
         auth = headers.get("authorization", "")
         bearer = auth[7:].strip() if auth[:7].lower() == "bearer " else None
@@ -393,7 +395,7 @@ class AuditReadsMiddleware:
         target = f"trajectory:{redact_text(read_id)}" if read_id else f"trajectories?{safe_query_target(query)}"
         refused = False
 
-        async def audited_send(message: dict[str, Any]) -> None:
+        async def audited_send(message: Message) -> None:
             # The entry is written before the first byte of a successful read leaves: no audit, no read.
             nonlocal refused
             if refused:

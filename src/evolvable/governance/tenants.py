@@ -16,7 +16,7 @@ import secrets
 import threading
 import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, overload
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -84,6 +84,10 @@ def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
+@overload
+def aware(value: datetime) -> datetime: ...
+@overload
+def aware(value: None) -> None: ...
 def aware(value: datetime | None) -> datetime | None:
     """SQLite hands back naive datetimes; everything here is UTC."""
     if value is None or value.tzinfo is not None:

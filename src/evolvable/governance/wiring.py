@@ -21,13 +21,15 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from fastapi import APIRouter, FastAPI
+
 from evolvable.governance.api import AuditReadsMiddleware, governance_routers
 from evolvable.governance.audit import AuditAction
 from evolvable.governance.pipeline import Governor
 from evolvable.governance.purge import DerivedEraser, Purger
 from evolvable.governance.retention import RetentionJob, retention_loop
 from evolvable.governance.tenants import DEFAULT_TENANT, TenantDirectory
-from evolvable.proxy.hooks import Principal
+from evolvable.proxy.hooks import Authenticator, Principal
 from evolvable.settings import get_settings
 from evolvable.store import Store
 
@@ -73,8 +75,8 @@ class Governance:
     store: Store
     directory: TenantDirectory
     governor: Governor
-    authenticator: Any
-    routers: list[Any]
+    authenticator: Authenticator
+    routers: list[APIRouter]
     retention_interval_s: float = 3600.0
     erasers: tuple[DerivedEraser, ...] = ()
     """Erase what other components copied from purged runs (the control plane's exemplars); see purge.py."""
@@ -96,7 +98,7 @@ class Governance:
             if admin_key is not None
             else TenantDirectory.from_store(store)
         )
-        authenticator: Any = (
+        authenticator: Authenticator = (
             KeysOnceAnyExist(directory)
             if require_keys is None
             else directory
@@ -125,7 +127,7 @@ class Governance:
             AuditAction.control_action, actor=actor, target=f"{action}:{target}", details={"action": action}
         )
 
-    def install(self, app: Any) -> None:
+    def install(self, app: FastAPI) -> None:
         """Add the read-audit middleware, build the redaction engine at startup and run the retention loop inside
         the app's lifespan."""
         app.add_middleware(AuditReadsMiddleware, directory=self.directory)
@@ -136,7 +138,7 @@ class Governance:
         governor = self.governor
 
         @contextlib.asynccontextmanager
-        async def lifespan(a: Any) -> AsyncIterator[Any]:
+        async def lifespan(a: Any) -> AsyncIterator[Any]:  # (the app's own lifespan decides the state's type)
             # before the proxy's own startup, which may fork the writer: the fork inherits the built engine
             await asyncio.to_thread(governor.warm_up)
             async with inner(a) as state:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from transformers import PreTrainedTokenizerBase
 
 from evolvable.protocol.byte_bpe import unicode_to_byte
@@ -22,7 +24,8 @@ class TokenText:
         piece = self._tokenizer.convert_ids_to_tokens(token_id)
         mapping = unicode_to_byte()
         if token_id in self._special or not all(ch in mapping for ch in piece):
-            raw = self._tokenizer.decode([token_id]).encode("utf-8")
+            # (one sequence's ids decode to one string; the stubs also allow a batch's list)
+            raw = cast(str, self._tokenizer.decode([token_id])).encode("utf-8")
         else:
             raw = bytes(mapping[ch] for ch in piece)
         result = (raw.decode("utf-8", errors="replace"), list(raw))

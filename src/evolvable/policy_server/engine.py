@@ -24,10 +24,10 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
-from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import BatchEncoding, DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from evolvable.errors import HTTPError, InvalidRequest
 from evolvable.policy_server.detokenize import TokenText, find_stop, safe_text_end
@@ -144,7 +144,7 @@ class Engine:
         self.default_max_tokens = default_max_tokens
         self.max_context = int(getattr(model.config, "max_position_embeddings", 2048))
         self.stats = EngineStats()
-        self._base = model.eval()
+        self._base = model.eval()  # type: ignore[no-untyped-call]  # transformers' eval() override is unannotated
         self.device = next(model.parameters()).device
         """Where the model's weights live; every tensor the engine feeds it is made there."""
         self.batch_prefill = self.device.type != "cpu" if batch_prefill is None else batch_prefill
@@ -200,10 +200,11 @@ class Engine:
         """Token ids of a chat prompt under the tokenizer's own chat template, ready for the assistant's turn
         (or, with `continue_final_message`, inside the last assistant message, as vLLM does for prefills).
         Tool definitions reach the template, which uses them only if it knows how (SmolLM2's ignores them)."""
+        template_tools: list[dict[Any, Any] | Callable[..., Any]] | None = [*tools] if tools else None
         try:
             encoded = self.tokenizer.apply_chat_template(
                 messages,
-                tools=tools or None,
+                tools=template_tools,
                 add_generation_prompt=add_generation_prompt,
                 continue_final_message=continue_final_message,
                 tokenize=True,
@@ -211,7 +212,8 @@ class Engine:
             )
         except Exception as err:  # a template error is the caller's malformed conversation
             raise RequestError(f"cannot apply the chat template to these messages: {err}") from err
-        return list(encoded["input_ids"])
+        # (return_dict=True: a BatchEncoding; the stubs also allow the tokenize=False string)
+        return list(cast(BatchEncoding, encoded)["input_ids"])
 
     def text_prompt_ids(self, prompt: str) -> list[int]:
         return list(self.tokenizer(prompt, add_special_tokens=False)["input_ids"])
@@ -356,9 +358,11 @@ class Engine:
         """Async iterator of step updates; cancelling the consumer cancels the request."""
         loop = asyncio.get_running_loop()
         updates: asyncio.Queue[StepUpdate] = asyncio.Queue()
-        cancel = self.submit(
-            prompt_token_ids, params, lambda u: loop.call_soon_threadsafe(updates.put_nowait, u), adapter
-        )
+
+        def on_update(update: StepUpdate) -> None:
+            loop.call_soon_threadsafe(updates.put_nowait, update)
+
+        cancel = self.submit(prompt_token_ids, params, on_update, adapter)
         try:
             while True:
                 update = await updates.get()
@@ -649,7 +653,8 @@ class Engine:
         sequence.logprobs.append(logprob)
         sequence.top_logprobs.append(top)
         self.stats.generated_tokens += 1
-        text = self.tokenizer.decode(sequence.token_ids, skip_special_tokens=True)
+        # (one sequence's ids decode to one string; the stubs also allow a batch's list)
+        text = cast(str, self.tokenizer.decode(sequence.token_ids, skip_special_tokens=True))
         finish: str | None = None
         final_text: str | None = None
         if params.stop:

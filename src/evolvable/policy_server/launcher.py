@@ -60,8 +60,8 @@ def policy_server(
     try:
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
     finally:
-        if log_path is not None:
-            log.close()  # type: ignore[union-attr]
+        if not isinstance(log, int):  # (a file we opened, not DEVNULL)
+            log.close()
     try:
         endpoint = f"http://127.0.0.1:{port}/v1"
         wait_ready(f"{endpoint}/models", startup_s, proc)

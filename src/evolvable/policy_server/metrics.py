@@ -4,12 +4,15 @@ decode batch-size histogram the engine observes itself (`telemetry.metrics.DECOD
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from evolvable.telemetry.metrics import TokenRate
+
+if TYPE_CHECKING:
+    from evolvable.policy_server.engine import Engine
 
 _COUNTERS = {
     "requests_submitted": "Generation requests accepted by the engine.",
@@ -26,11 +29,11 @@ _COUNTERS = {
 class EngineCollector(Collector):
     """Queue depth, running batch, throughput and prefix-cache use of one engine."""
 
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.rate = TokenRate()
 
-    def collect(self) -> Iterator[Any]:
+    def collect(self) -> Iterator[Metric]:
         stats = self.engine.stats
         yield GaugeMetricFamily(
             "evolvable_policy_queue_depth", "Requests waiting to join the running batch.", self.engine.queue_depth

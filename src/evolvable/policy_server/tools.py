@@ -125,7 +125,9 @@ def _function_name(index: int, tool: Any) -> str:
 # ----------------------------------------------------------------- rendering
 
 
-def render_messages(messages: Sequence[dict[str, Any]], tools: Sequence[Any] | None, choice: ToolChoice) -> list[dict]:
+def render_messages(
+    messages: Sequence[dict[str, Any]], tools: Sequence[Any] | None, choice: ToolChoice
+) -> list[dict[str, Any]]:
     """Messages a tool-less template can render: the tools block joins the system prompt, earlier calls and
     results become Hermes-tagged text."""
     rendered = [_render_message(m) for m in messages]
@@ -198,8 +200,8 @@ def parse_answer(text: str, choice: ToolChoice) -> ParsedAnswer:
     if not parsed.tool_calls:
         block = _BLOCK.search(choice.prefill + text)
         arguments = lenient_arguments(block.group(1)) if block and choice.name else None
-        if arguments is not None:
-            parsed = ParsedAnswer(None, [tool_call(choice.name, arguments)])  # type: ignore[arg-type]
+        if arguments is not None and choice.name:
+            parsed = ParsedAnswer(None, [tool_call(choice.name, arguments)])
     check_forced(choice, [c["function"]["name"] for c in parsed.tool_calls], text)
     return parsed
 

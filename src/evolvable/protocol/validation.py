@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -21,7 +22,7 @@ def describe(err: ValidationError) -> list[str]:
     return out
 
 
-def parse_trajectory(data: str | bytes | dict) -> Trajectory:
+def parse_trajectory(data: str | bytes | dict[str, Any]) -> Trajectory:
     try:
         if isinstance(data, dict):
             return Trajectory.model_validate(data)

@@ -513,8 +513,9 @@ def _native_stream(protocol: str, sse_text: str) -> dict[str, Any]:
     """A stream a native upstream sent in its own protocol, as the chat reply it amounts to."""
     from evolvable.proxy.wire import messages_native, responses_native
 
-    module = responses_native if protocol == "responses" else messages_native
-    return module.chat_reply_from_stream(sse_text)
+    if protocol == "responses":
+        return responses_native.chat_reply_from_stream(sse_text)
+    return messages_native.chat_reply_from_stream(sse_text)
 
 
 def _parse_arguments(arguments: str | None) -> dict[str, Any] | str | None:

@@ -408,6 +408,7 @@ class CompletionsEndpoint:
         native: WireCall | None = None,
     ) -> None:
         cap = self.rt.config.max_upstream_reply_bytes
+        read_error: aiohttp.ClientError | TimeoutError | ReplyTooLarge | None
         try:
             raw = await read_capped(resp, cap)
         except (aiohttp.ClientError, TimeoutError, ReplyTooLarge) as err:
@@ -599,7 +600,7 @@ def _error_payload(raw: bytes, status: int) -> bytes:
     return openai_error_body(text, "upstream_error", f"upstream_{status}")
 
 
-async def _record_handoff(rt: Any, session: Session, agent: str) -> None:
+async def _record_handoff(rt: ProxyRuntime, session: Session, agent: str) -> None:
     """A `handoff` step when this call's agent is not the one that made the session's previous call."""
     previous = session.last_agent or session.agent
     session.last_agent = agent

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel
+from starlette.types import Message, Receive
 
 from evolvable.errors import InvalidRequest, PayloadTooLarge
 
@@ -127,11 +128,11 @@ async def read_body(scope: dict[str, Any], receive: Any, limit: int) -> bytes:
             return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
-def replay(body: bytes, receive: Any) -> Any:
+def replay(body: bytes, receive: Receive) -> Receive:
     """A `receive` that hands the already-read body to the app once, then defers to the real one."""
     sent = False
 
-    async def receive_again() -> dict[str, Any]:
+    async def receive_again() -> Message:
         nonlocal sent
         if not sent:
             sent = True

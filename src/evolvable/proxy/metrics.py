@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evolvable.proxy.records import CallRecord, CaptureRecord
 from evolvable.telemetry import metrics
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp, Receive, Send
 
 UPSTREAM_SCOPE_KEY = "evolvable.upstream"
 """The hot path stores the name of the upstream it called here, for the request counter's label."""
@@ -44,7 +47,7 @@ def _route_of(scope: dict[str, Any]) -> str:
         return path if path.startswith("/v1/") else f"/v1{path}"
     route = scope.get("route")
     template = getattr(route, "path", None)
-    if template:
+    if isinstance(template, str) and template:
         return template
     return "/ui" if path.startswith("/ui") else "unmatched"
 
@@ -67,7 +70,7 @@ def _series_for(route: str, protocol: str, status: str, upstream: str) -> tuple[
     return found
 
 
-async def observed(app: Any, scope: dict[str, Any], receive: Any, send: Any) -> None:
+async def observed(app: ASGIApp, scope: dict[str, Any], receive: Receive, send: Send) -> None:
     """Run `app` on one HTTP request and record its count, status, latency and added overhead."""
     started = time.perf_counter()
     seen: list[Any] = [0, None]  # status, overhead header

@@ -141,7 +141,7 @@ def _link_to_stored(fragment: TraceFragment, stored: Trajectory | None) -> None:
 
 def fragment_events(fragment: TraceFragment) -> list[Event]:
     """Idempotent events: the header's only with the root span, steps and signals always."""
-    events = events_for(fragment.trajectory)
+    events: list[Event] = [*events_for(fragment.trajectory)]
     if fragment.has_root:
         return events
     return [e for e in events if not isinstance(e, TrajectoryStarted | TrajectoryEnded)]

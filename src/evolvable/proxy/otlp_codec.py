@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from google.protobuf.json_format import MessageToDict  # type: ignore[import-untyped]
-from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
-from google.rpc import status_pb2  # type: ignore[import-untyped]
+from google.protobuf.json_format import MessageToDict
+from google.protobuf.message import DecodeError
+from google.rpc import status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -79,15 +79,15 @@ def decode_request(body: bytes, encoding: Encoding) -> dict[str, Any]:
         message = ExportTraceServiceRequest.FromString(body)
     except DecodeError as err:
         raise OTLPBodyError(400, f"body is not a protobuf ExportTraceServiceRequest: {err}") from None
-    doc = MessageToDict(message)
-    for rs in doc.get("resourceSpans", []):
+    decoded: dict[str, Any] = MessageToDict(message)
+    for rs in decoded.get("resourceSpans", []):
         for ss in rs.get("scopeSpans", []):
             for span in ss.get("spans", []):
                 for key in ("traceId", "spanId", "parentSpanId"):
                     if key in span:
                         span[key] = base64.b64decode(span[key]).hex()
-    doc.setdefault("resourceSpans", [])
-    return doc
+    decoded.setdefault("resourceSpans", [])
+    return decoded
 
 
 def encode_response(encoding: Encoding, rejected_spans: int, error_message: str) -> bytes:
@@ -97,7 +97,8 @@ def encode_response(encoding: Encoding, rejected_spans: int, error_message: str)
         response.partial_success.rejected_spans = rejected_spans
         response.partial_success.error_message = error_message
     if encoding.media_type == PROTOBUF:
-        return response.SerializeToString()
+        encoded: bytes = response.SerializeToString()
+        return encoded
     return orjson.dumps(MessageToDict(response))
 
 
@@ -105,5 +106,6 @@ def encode_status(media_type: str, http_status: int, message: str) -> bytes:
     """The google.rpc.Status body OTLP/HTTP answers errors with, in the request's encoding."""
     status = status_pb2.Status(code=_GRPC_CODES.get(http_status, 2), message=message)
     if media_type == PROTOBUF:
-        return status.SerializeToString()
+        encoded: bytes = status.SerializeToString()
+        return encoded
     return orjson.dumps(MessageToDict(status))

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from fastapi import FastAPI
 from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
@@ -187,7 +188,7 @@ class BackgroundExport:
             await asyncio.sleep(self.interval_s)
 
 
-def install_background_export(app: Any, export: BackgroundExport) -> None:
+def install_background_export(app: FastAPI, export: BackgroundExport) -> None:
     """Run `export` inside the app's lifespan (as governance's retention loop runs)."""
     inner = app.router.lifespan_context
 

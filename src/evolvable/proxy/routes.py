@@ -52,7 +52,8 @@ def _json(obj: Any, status: int = 200) -> Response:
 
 
 def _rt(request: Request) -> ProxyRuntime:
-    return request.app.state.proxy
+    runtime: ProxyRuntime = request.app.state.proxy
+    return runtime
 
 
 async def _caller(request: Request, *, allow_ended: bool = False) -> tuple[Principal, Session | None]:
@@ -295,7 +296,7 @@ async def add_signals(session_id: str, request: Request) -> Response:
             if step_id is None:
                 ref = f"tool_call_id {s.tool_call_id}" if s.tool_call_id else f"response_id {s.response_id}"
                 raise ResourceNotFound(f"no step with {ref} in session {session.id}", code="step_not_found")
-        signal = {
+        signal: dict[str, Any] = {
             "id": new_id("sig"),
             "kind": s.kind.value,
             "value": s.value,

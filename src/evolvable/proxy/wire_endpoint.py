@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
+from starlette.types import Send
 
 from evolvable.errors import EvolvableError, HTTPError
 from evolvable.proxy.completions import CompletionsEndpoint
@@ -247,7 +248,7 @@ def _forwarded_headers(headers: Headers) -> dict[str, str]:
 class _Relay:
     """`send` for the hot path: translates its chat answer (JSON or SSE) into the wire protocol."""
 
-    def __init__(self, send: Any, adapter: Adapter, request: WireRequest, call: WireCall, pre_s: float) -> None:
+    def __init__(self, send: Send, adapter: Adapter, request: WireRequest, call: WireCall, pre_s: float) -> None:
         self.send, self.adapter, self.request, self.call = send, adapter, request, call
         self.pre_s = pre_s
         self.status = 0

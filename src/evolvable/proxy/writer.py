@@ -51,13 +51,14 @@ class WriterStats:
 
     def __init__(self) -> None:
         ctx = multiprocessing.get_context("fork")
-        self._records = ctx.Value(ctypes.c_longlong, 0, lock=False)
-        self._events = ctx.Value(ctypes.c_longlong, 0, lock=False)
-        self._failures = ctx.Value(ctypes.c_longlong, 0, lock=False)
-        self._quarantined = ctx.Value(ctypes.c_longlong, 0, lock=False)
-        self._error = ctx.Array(ctypes.c_char, 512, lock=False)
-        self._quarantine_error = ctx.Array(ctypes.c_char, 512, lock=False)
-        self._quarantine_tenant = ctx.Array(ctypes.c_char, 256, lock=False)
+        # (raw shared memory: the lock-free `Value(..., lock=False)` / `Array(..., lock=False)`)
+        self._records = ctx.RawValue(ctypes.c_longlong, 0)
+        self._events = ctx.RawValue(ctypes.c_longlong, 0)
+        self._failures = ctx.RawValue(ctypes.c_longlong, 0)
+        self._quarantined = ctx.RawValue(ctypes.c_longlong, 0)
+        self._error = ctx.RawArray(ctypes.c_char, 512)
+        self._quarantine_error = ctx.RawArray(ctypes.c_char, 512)
+        self._quarantine_tenant = ctx.RawArray(ctypes.c_char, 256)
 
     def applied(self, records: int, events: int) -> None:
         self._records.value += records

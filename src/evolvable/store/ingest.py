@@ -24,7 +24,7 @@ from functools import cache
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects import postgresql, sqlite
 
 from evolvable.errors import StoreError
 from evolvable.protocol.models import (
@@ -58,12 +58,12 @@ def chunked(items: Sequence[T], size: int = CHUNK) -> Iterator[Sequence[T]]:
 @cache
 def _statements(dialect: str) -> dict[str, Any]:
     """Statements built once per dialect: building Core constructs per call cost more CPU than running them."""
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert
+
+    def insert(table: sa.Table) -> postgresql.Insert | sqlite.Insert:
+        return _dialect_insert(dialect, table)
+
     t, ledger = trajectories.c, applied_events.c
-    ids = sa.bindparam("ids", expanding=True)
+    ids: sa.BindParameter[list[str]] = sa.bindparam("ids", expanding=True)
     row_exists = sa.select(t.id).where(t.id == ledger.trajectory_id).exists()
     return {
         "insert_steps": insert(steps).on_conflict_do_nothing(),
@@ -87,13 +87,13 @@ def _statements(dialect: str) -> dict[str, Any]:
     }
 
 
-def dialect_insert(conn: sa.Connection, table: sa.Table) -> Any:
+def dialect_insert(conn: sa.Connection, table: sa.Table) -> postgresql.Insert | sqlite.Insert:
     """An INSERT that supports ON CONFLICT for the connection's dialect."""
-    if conn.dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert
-    return insert(table)
+    return _dialect_insert(conn.dialect.name, table)
+
+
+def _dialect_insert(dialect: str, table: sa.Table) -> postgresql.Insert | sqlite.Insert:
+    return postgresql.insert(table) if dialect == "postgresql" else sqlite.insert(table)
 
 
 def apply(conn: sa.Connection, events: Sequence[AnyEvent], *, optimistic: bool = False) -> int:

@@ -19,6 +19,7 @@ from typing import Any
 import psycopg
 import sqlalchemy as sa
 
+from evolvable.errors import StoreError
 from evolvable.store.engine import dumps_json
 from evolvable.store.tables.types import UTCDateTime
 
@@ -73,7 +74,10 @@ def copy_new_rows(conn: sa.Connection, table: sa.Table, rows: Sequence[Mapping[s
 
 def _copy(conn: sa.Connection, table_name: str, columns: Sequence[str], values: Sequence[Sequence[Any]]) -> None:
     statement = f"COPY {table_name} ({', '.join(columns)}) FROM STDIN"
-    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    driver = conn.connection.driver_connection
+    if driver is None:  # (only a closed pool entry has none)
+        raise StoreError("COPY needs a live psycopg connection")
+    cursor = driver.cursor()
     with cursor, cursor.copy(statement) as copy:
         for row in values:
             copy.write_row(row)

@@ -6,11 +6,15 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import orjson
+import sqlalchemy as sa
 from pydantic import TypeAdapter
 from pydantic_core import SchemaValidator
 
 from evolvable.protocol.models import Signal, Step, Trajectory, TrajectoryHeader
 from evolvable.store.engine import RawJSON
+
+# A `trajectories` row: SQLAlchemy's RowMapping (keyed by name or column) or a plain dict.
+TrajectoryRow = sa.RowMapping | Mapping[str, Any]
 
 HEADER_COLUMNS = (
     "id",
@@ -41,12 +45,12 @@ def header_row(header: TrajectoryHeader) -> dict[str, Any]:
     return row
 
 
-def header_fields(row: Mapping[str, Any]) -> dict[str, Any]:
+def header_fields(row: TrajectoryRow) -> dict[str, Any]:
     """The TrajectoryHeader fields of a `trajectories` row."""
     return {**row["header"], **{name: row[name] for name in HEADER_COLUMNS}}
 
 
-def header_from_row(row: Mapping[str, Any]) -> TrajectoryHeader:
+def header_from_row(row: TrajectoryRow) -> TrajectoryHeader:
     return TrajectoryHeader.model_validate(header_fields(row))
 
 
@@ -76,7 +80,7 @@ def signal_row(trajectory_id: str, signal: Signal) -> dict[str, Any]:
 
 
 def assemble(
-    header: Mapping[str, Any], steps: Iterable[tuple[str, str]], signals: Iterable[tuple[str | None, str]]
+    header: TrajectoryRow, steps: Iterable[tuple[str, str]], signals: Iterable[tuple[str | None, str]]
 ) -> Trajectory:
     """One Trajectory from its rows: steps and signals as (step_id, stored JSON text), in arrival order.
 
@@ -90,4 +94,5 @@ def assemble(
     head = orjson.dumps(header_fields(header))
     bodies = ",".join(text for _, text in step_rows)
     document = b"".join((head[:-1], b',"steps":[', bodies.encode(), b'],"signals":[', ",".join(kept).encode(), b"]}"))
-    return _TRAJECTORY_FROM_JSON.validate_json(document)  # type: ignore[no-any-return]
+    trajectory: Trajectory = _TRAJECTORY_FROM_JSON.validate_json(document)  # (pydantic-core returns Any)
+    return trajectory

@@ -71,7 +71,7 @@ def existing_keys(conn: sa.Connection, column: sa.Column[Any], keys: Sequence[st
     for start in range(0, len(keys), chunk):
         part = tuple(keys[start : start + chunk])
         statement = (
-            f"SELECT {column.name} FROM {column.table.name} WHERE {column.name} IN ({', '.join('?' * len(part))})"  # type: ignore[attr-defined]
+            f"SELECT {column.name} FROM {column.table.name} WHERE {column.name} IN ({', '.join('?' * len(part))})"
         )
         found.update(key for (key,) in conn.exec_driver_sql(statement, part))
     return found

@@ -246,9 +246,10 @@ class Store:
         with self.engine.connect() as conn:
             if response_id is not None:
                 query = sa.select(s.step_id).where(s.trajectory_id == trajectory_id, s.response_id == response_id)
-                return conn.scalar(query.order_by(s.seq).limit(1))
+                by_response: str | None = conn.scalar(query.order_by(s.seq).limit(1))
+                return by_response
             query = sa.select(s.step_id).where(s.trajectory_id == trajectory_id, s.tool_call_id == tool_call_id)
-            found = conn.scalar(query.order_by(s.seq).limit(1))
+            found: str | None = conn.scalar(query.order_by(s.seq).limit(1))
             if found is not None:
                 return found
             llm_steps = conn.execute(
@@ -260,7 +261,7 @@ class Store:
                 for choice in body.get("choices") or []:
                     for call in (choice.get("message") or {}).get("tool_calls") or []:
                         if call.get("id") == tool_call_id:
-                            return step_id
+                            return str(step_id)
         return None
 
 

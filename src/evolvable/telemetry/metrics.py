@@ -18,10 +18,13 @@ import os
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -192,7 +195,7 @@ def observe_training_step(record: dict[str, float]) -> None:
     TRAINER_TOKENS.inc(record.get("tokens", 0))
 
 
-def serve_trainer_metrics(port: int, addr: str = "127.0.0.1") -> Any:
+def serve_trainer_metrics(port: int, addr: str = "127.0.0.1") -> WSGIServer:
     """Expose the trainer's metrics (and the process's) over HTTP for as long as the job's process runs;
     returns prometheus_client's server (call `.shutdown()` to stop it early)."""
     from prometheus_client import start_http_server

@@ -27,6 +27,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from evolvable.protocol.models import LLMCallStep, SignalKind, StepStatus, ToolCallStep, Trajectory
 
@@ -74,10 +75,10 @@ class RunningBaselines:
             self.means[cluster] += self.rate * (reward - self.means[cluster])
         self.counts[cluster] = self.counts.get(cluster, 0) + 1
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         return {"rate": self.rate, "means": dict(self.means), "counts": dict(self.counts)}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.rate = float(state.get("rate", self.rate))
         self.means = {str(k): float(v) for k, v in state.get("means", {}).items()}
         self.counts = {str(k): int(v) for k, v in state.get("counts", {}).items()}
@@ -193,7 +194,7 @@ def compute_turn_advantages(
     `negative_scale` multiplies every negative advantage (after `scale`). Updates `baselines` with the
     batch's outcomes afterwards."""
     scored = [e for e in episodes if e.outcome is not None and e.turn_ids]
-    outcomes = [float(e.outcome) for e in scored]  # type: ignore[arg-type]
+    outcomes = [float(e.outcome) for e in scored if e.outcome is not None]  # (all of them: aligned with `scored`)
     by_task: dict[str, list[int]] = defaultdict(list)
     by_cluster: dict[str, list[int]] = defaultdict(list)
     for i, e in enumerate(scored):

@@ -50,6 +50,8 @@ from evolvable.trainer.samples import (
 if TYPE_CHECKING:
     import torch
     from accelerate import Accelerator
+    from rich.progress import Progress, TaskID
+    from transformers import PreTrainedModel
 
 __all__ = ["TrainingResult", "load_policy_model", "run_training_job", "train_on_samples"]
 
@@ -100,11 +102,12 @@ class JobState:
 # ----------------------------------------------------------------------------- model
 
 
-def load_policy_model(config: RLConfig) -> torch.nn.Module:
+def load_policy_model(config: RLConfig) -> PreTrainedModel:
     """The base model to put LoRA on: an embedded model, a local directory, or the tiny test model."""
     import torch
     from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
+    model: PreTrainedModel
     if config.base_model == TINY_MODEL:
         torch.manual_seed(1234)  # identical on every process, whatever the job's seed
         tiny = LlamaConfig(
@@ -128,7 +131,7 @@ def load_policy_model(config: RLConfig) -> torch.nn.Module:
     return model
 
 
-def _with_adapter(model: torch.nn.Module, config: RLConfig) -> torch.nn.Module:
+def _with_adapter(model: PreTrainedModel, config: RLConfig) -> torch.nn.Module:
     from peft import LoraConfig, PeftModel, get_peft_model
 
     if config.init_adapter:
@@ -199,7 +202,9 @@ def _iteration_plan(n_samples: int, config: RLConfig, world: int) -> list[list[i
     return plan
 
 
-def _rank_share(indices: list[int], samples: list[TrainingSample], config: RLConfig, rank: int, world: int):
+def _rank_share(
+    indices: list[int], samples: list[TrainingSample], config: RLConfig, rank: int, world: int
+) -> list[TrainingSample]:
     """This process's sequences of one iteration, padded to whole optimizer steps on every process."""
     per_step = config.micro_batch_size * config.grad_accum_steps
     per_rank = math.ceil(len(indices) / world)
@@ -211,7 +216,10 @@ def _rank_share(indices: list[int], samples: list[TrainingSample], config: RLCon
 
 
 def _sequence_logprobs(
-    model, batch: dict[str, torch.Tensor], temperature: float, entropy_out: list | None = None
+    model: torch.nn.Module,
+    batch: dict[str, torch.Tensor],
+    temperature: float,
+    entropy_out: list[torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Logprobs aligned with input_ids, computed only where some row of the batch has a generated token.
 
@@ -293,11 +301,11 @@ def train_on_samples(
     seen: set[str] = set()
 
     progress, task = _progress(accelerator, config, total=sum(steps_per_iteration))
-    if progress is not None:
+    if progress is not None and task is not None:
         progress.update(task, completed=sum(steps_per_iteration[: job_state.iteration]))
 
     def advance() -> None:
-        if progress is not None:
+        if progress is not None and task is not None:
             progress.advance(task)
 
     with progress or nullcontext():
@@ -540,7 +548,7 @@ def _write_rank_report(out: Path, accelerator: Accelerator, model: Any, sample_i
     (out / "ranks" / f"rank-{accelerator.process_index}.json").write_text(json.dumps(report))
 
 
-def _progress(accelerator: Accelerator, config: RLConfig, total: int):
+def _progress(accelerator: Accelerator, config: RLConfig, total: int) -> tuple[Progress | None, TaskID | None]:
     if not (config.progress and accelerator.is_main_process):
         return None, None
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn

@@ -17,14 +17,14 @@ from evolvable.control.evolvers.base import (
     PolicyCandidate,
 )
 from evolvable.control.evolvers.memory import MemoryEvolver
-from evolvable.control.evolvers.reflective import PromptEvolver, SkillEvolver
+from evolvable.control.evolvers.reflective import EvolverModel, PromptEvolver, SkillEvolver
 from evolvable.control.evolvers.tools import ToolDescriptionEvolver
 from evolvable.control.evolvers.weights import WeightsEvolver
 from evolvable.control.models import Lever
 
 
 def default_evolvers(
-    evolver_model: Any = None, trainer: Any = None, policy_servers: tuple[str, ...] = ()
+    evolver_model: EvolverModel | None = None, trainer: Any = None, policy_servers: tuple[str, ...] = ()
 ) -> dict[Lever, Evolver]:
     return {
         Lever.memory: MemoryEvolver(),

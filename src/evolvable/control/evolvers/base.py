@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from evolvable.control.decision import Proposal
 from evolvable.control.models import Lever, PolicySpec, VersionRecord
@@ -12,6 +12,9 @@ from evolvable.control.statistics import AgentStatistics, RunSummary
 from evolvable.errors import ControlError
 from evolvable.protocol.harness import Harness
 from evolvable.store import Store
+
+if TYPE_CHECKING:
+    from evolvable.control.gates import ReplaySuite
 
 
 class LeverUnavailable(ControlError):
@@ -32,7 +35,7 @@ class EvolveContext:
     runs: list[RunSummary]
     stats: AgentStatistics
     active_policy: VersionRecord | None = None
-    suite: Any = None
+    suite: ReplaySuite | None = None
     """The agent's ReplaySuite, when one is registered (its runner may explore recorded tasks)."""
     cancel: threading.Event = field(default_factory=threading.Event)
     """Set when the decision's time budget ran out: a long evolver should stop; its result will be discarded."""

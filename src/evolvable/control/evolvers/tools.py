@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from evolvable.control.decision import Proposal
 from evolvable.control.evolvers.base import EvolveContext, HarnessCandidate, LeverUnavailable
@@ -20,7 +21,7 @@ class ToolDescriptionEvolver:
         name = proposal.target.get("tool")
         harness = ctx.active_harness
         spec = harness.tool(name) if name else None
-        if spec is None:
+        if spec is None or not name:
             raise LeverUnavailable(f"tool {name!r} is not described in the harness")
         example = self._successful_arguments(ctx, name)
         props = spec.parameters.get("properties", {}) if isinstance(spec.parameters, dict) else {}
@@ -48,7 +49,7 @@ class ToolDescriptionEvolver:
         )
 
     @staticmethod
-    def _successful_arguments(ctx: EvolveContext, name: str) -> dict | None:
+    def _successful_arguments(ctx: EvolveContext, name: str) -> dict[str, Any] | None:
         for run in reversed(ctx.runs):
             if not run.success:
                 continue

@@ -88,9 +88,10 @@ class Redaction:
 
 
 _new_object = object.__new__
-_set_text = Redaction.text.__set__  # type: ignore[attr-defined]
-_set_findings = Redaction.findings.__set__  # type: ignore[attr-defined]
-_set_failed = Redaction.failed.__set__  # type: ignore[attr-defined]
+# (the slots' member descriptors, read from the class dict: `Redaction.text` types as the instance attribute)
+_set_text: Callable[[Redaction, str], None] = vars(Redaction)["text"].__set__
+_set_findings: Callable[[Redaction, list[Finding]], None] = vars(Redaction)["findings"].__set__
+_set_failed: Callable[[Redaction, bool], None] = vars(Redaction)["failed"].__set__
 
 
 def _redaction(text: str, findings: list[Finding]) -> Redaction:

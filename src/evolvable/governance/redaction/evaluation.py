@@ -40,7 +40,7 @@ def score(records: Iterable[dict[str, Any]], detections: dict[str, list[tuple[in
     det_total = det_true = 0
     misses: list[dict[str, Any]] = []
     for record in records:
-        found = sorted(set(map(tuple, detections.get(record["id"], []))))
+        found = sorted({(start, end) for start, end in detections.get(record["id"], [])})
         for span in record["spans"]:
             hit = _covered(span["start"], span["end"], found) >= CAUGHT_FRACTION * (span["end"] - span["start"])
             for table, key in ((per_type, span["type"]), (per_group, span["group"])):

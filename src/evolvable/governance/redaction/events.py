@@ -43,11 +43,13 @@ from evolvable.protocol.models import (
     Trajectory,
     TrajectoryEnded,
     TrajectoryStarted,
+    VersionsNamed,
 )
 
 log = logging.getLogger("evolvable.governance.redaction")
 
-AnyEvent = TrajectoryStarted | StepAppended | SignalAttached | TrajectoryEnded
+# Every event kind (`VersionsNamed` carries version ids only: it passes through unchanged).
+AnyEvent = TrajectoryStarted | StepAppended | SignalAttached | TrajectoryEnded | VersionsNamed
 
 _FREE_FORM_STEP_FIELDS = {
     "tool_call": ("arguments", "result", "error_message"),

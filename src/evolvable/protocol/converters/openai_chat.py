@@ -21,12 +21,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from evolvable.errors import ConversionError
+from evolvable.protocol.converters.stamps import known_stamps
 from evolvable.protocol.models import (
     ChatMessage,
     CompletionChoice,
     ErrorInfo,
     LLMCallStep,
     StepStatus,
+    ToolCall,
     ToolCallStep,
     Trajectory,
     TrajectoryStatus,
@@ -163,7 +165,7 @@ def from_openai_chat(
                 task_input=first_user,
                 status=TrajectoryStatus.completed,
                 metadata=dict(record.get("metadata", {})),
-                **({"started_at": started} if started else {}),
+                **known_stamps(started),
             )
             state = _Open(traj)
             ordered.append(state)
@@ -212,7 +214,7 @@ def from_openai_chat(
     return out
 
 
-def _find_call(trajectory: Trajectory, parent: str | None, tool_call_id: str) -> Any:
+def _find_call(trajectory: Trajectory, parent: str | None, tool_call_id: str) -> ToolCall | None:
     for step in trajectory.steps:
         if isinstance(step, LLMCallStep) and step.id == parent and step.response and step.response.tool_calls:
             for call in step.response.tool_calls:

@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from evolvable.errors import ConversionError
+from evolvable.protocol.converters.stamps import known_stamps
 from evolvable.protocol.models import (
     ChatMessage,
     CompletionChoice,
@@ -433,8 +434,7 @@ def _llm_from_span(span: dict[str, Any], a: dict[str, Any], agent: str | None) -
         else None,
         latency_ms=(end - start).total_seconds() * 1000 if start and end else None,
         metadata={"provider": a["gen_ai.provider.name"]} if a.get("gen_ai.provider.name") else {},
-        **({"started_at": start} if start else {}),
-        **({"ended_at": end} if end else {}),
+        **known_stamps(start, end),
     )
 
 
@@ -454,8 +454,7 @@ def _tool_from_span(span: dict[str, Any], a: dict[str, Any], agent: str | None) 
         error_message=(span.get("status") or {}).get("message") if error else None,
         tool_call_id=a.get("gen_ai.tool.call.id"),
         latency_ms=(end - start).total_seconds() * 1000 if start and end else None,
-        **({"started_at": start} if start else {}),
-        **({"ended_at": end} if end else {}),
+        **known_stamps(start, end),
     )
 
 
@@ -646,7 +645,7 @@ def _trace_to_trajectory(
                 from_agent=str(attrs[ancestors[0]].get("gen_ai.agent.name") or "unknown"),
                 to_agent=str(a.get("gen_ai.agent.name") or "unknown"),
                 agent=agent,
-                **({"started_at": _from_nanos(span.get("startTimeUnixNano"))} if span.get("startTimeUnixNano") else {}),
+                **known_stamps(_from_nanos(span.get("startTimeUnixNano"))),
             )
         if step is None:
             continue

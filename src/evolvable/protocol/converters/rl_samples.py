@@ -16,6 +16,7 @@ The rules follow what works in the field (see ANCHORS.md):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import Field, model_validator
@@ -53,7 +54,7 @@ class RLSample(StrictModel):
     @model_validator(mode="after")
     def _aligned(self) -> RLSample:
         n = len(self.input_ids)
-        lists = {
+        lists: dict[str, Sequence[object]] = {
             "loss_mask": self.loss_mask,
             "token_turn": self.token_turn,
             "token_policy_versions": self.token_policy_versions,

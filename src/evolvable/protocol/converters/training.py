@@ -34,9 +34,9 @@ def _final_call(t: Trajectory) -> LLMCallStep | None:
 def conversation(t: Trajectory) -> list[dict[str, Any]]:
     """The conversation as the model last saw it, plus its final answer (OpenAI message dicts)."""
     final = _final_call(t)
-    if final is None:
+    if final is None or final.response is None:  # (_final_call picks a call with a response)
         return []
-    msgs: list[ChatMessage] = [*final.request_messages, final.response]  # type: ignore[list-item]
+    msgs: list[ChatMessage] = [*final.request_messages, final.response]
     return [m.model_dump(mode="json", exclude_none=True) for m in msgs]
 
 

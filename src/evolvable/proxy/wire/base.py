@@ -24,13 +24,15 @@ def require(condition: bool, message: str, param: str | None = None) -> None:
 
 
 def require_list(value: Any, message: str, param: str | None = None) -> list[Any]:
-    require(isinstance(value, list), message, param)
-    return value  # type: ignore[no-any-return]
+    if not isinstance(value, list):
+        raise WireError(400, message, "invalid_request_error", param)
+    return value
 
 
 def require_dict(value: Any, message: str, param: str | None = None) -> dict[str, Any]:
-    require(isinstance(value, dict), message, param)
-    return value  # type: ignore[no-any-return]
+    if not isinstance(value, dict):
+        raise WireError(400, message, "invalid_request_error", param)
+    return value
 
 
 @dataclass

@@ -186,8 +186,9 @@ def _image_url(block: dict[str, Any], at: str) -> str:
     source = require_dict(block.get("source"), f"{at}.source: required", f"{at}.source")
     if source.get("type") == "base64":
         return f"data:{source.get('media_type')};base64,{source.get('data')}"
-    if source.get("type") == "url" and isinstance(source.get("url"), str):
-        return source["url"]
+    url = source.get("url")
+    if source.get("type") == "url" and isinstance(url, str):
+        return url
     raise WireError(
         400, f"{at}.source: type {source.get('type')!r} is not supported", "invalid_request_error", f"{at}.source"
     )

@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import sqlalchemy as sa
 from alembic import context
+from alembic.autogenerate.api import AutogenContext
 from sqlalchemy.dialects import postgresql
 
 from evolvable.store.tables import metadata
@@ -15,7 +16,7 @@ from evolvable.store.tables.types import UTCDateTime
 config = context.config
 
 
-def render_item(type_: str, obj: Any, autogen_context: Any) -> str | bool:
+def render_item(type_: str, obj: Any, autogen_context: AutogenContext) -> str | Literal[False]:
     """Migrations describe plain SQL types, never our Python wrappers, so old revisions never break on refactors."""
     if type_ == "type" and isinstance(obj, UTCDateTime):
         return "sa.DateTime(timezone=True)"

@@ -29,9 +29,9 @@ class UTCDateTime(sa.types.TypeDecorator[datetime]):
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
         if value is None:
             return None
-        if isinstance(value, str):  # raw SQL results on SQLite
-            value = datetime.fromisoformat(value)
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        # (a string: raw SQL results on SQLite)
+        stamp: datetime = datetime.fromisoformat(value) if isinstance(value, str) else value
+        return stamp.replace(tzinfo=UTC) if stamp.tzinfo is None else stamp.astimezone(UTC)
 
 
 JSONDocument = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from evolvable.protocol.harness import Harness, ToolSpec
 from evolvable.workloads.it_helpdesk.tasks import CATALOGUE, QUOTA_LIMIT_GB
 
 AGENT_NAME = "it-helpdesk"
 
 
-def _params(**props: str) -> dict:
+def _params(**props: str) -> dict[str, Any]:
     return {
         "type": "object",
         "properties": {name: {"type": "string", "description": text} for name, text in props.items()},

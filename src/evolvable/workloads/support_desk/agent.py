@@ -275,7 +275,7 @@ def run_episode(
         started_at=started,
         ended_at=utcnow(),
         metadata={"intent": task.intent, "split": task.split, "cluster": task.cluster, "model": model},
-        steps=steps,
+        steps=[*steps],
         signals=local_signals,
     )
     return EpisodeResult(
@@ -325,8 +325,8 @@ def _signals(
             | target
             | {"metadata": meta}
         )
-    outcome_meta = {"success": verdict.success, "failed": verdict.failed, "checks": verdict.checks}
-    safety_meta = {"violations": verdict.safety.violations}
+    outcome_meta: dict[str, Any] = {"success": verdict.success, "failed": verdict.failed, "checks": verdict.checks}
+    safety_meta: dict[str, Any] = {"violations": verdict.safety.violations}
     episode_level = [
         (SignalKind.outcome, verdict.reward, "success" if verdict.success else "failure", outcome_meta),
         (

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any
 
 from evolvable.protocol.harness import Harness, MemoryExemplar, Skill, ToolSpec
 from evolvable.protocol.models import ChatMessage
@@ -20,7 +21,7 @@ from evolvable.workloads.support_desk.tasks import Task
 AGENT_NAME = "support-desk"
 
 
-def _params(**props: str) -> dict:
+def _params(**props: str) -> dict[str, Any]:
     return {
         "type": "object",
         "properties": {name: {"type": "string", "description": text} for name, text in props.items()},

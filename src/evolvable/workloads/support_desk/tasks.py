@@ -48,12 +48,15 @@ class Customer(StrictModel):
     address: str
 
 
+OrderStatus = Literal["processing", "shipped", "delivered", "cancelled"]
+
+
 class Order(StrictModel):
     order_id: str
     customer_id: str
     item: str
     amount: float
-    status: Literal["processing", "shipped", "delivered", "cancelled"]
+    status: OrderStatus
     delivered_days_ago: int | None = None
     refunded: bool = False
 
@@ -196,7 +199,7 @@ def _customer(rng: random.Random, used: set[str]) -> Customer:
     )
 
 
-def _order(rng: random.Random, customer: Customer, status: str, days: int | None, used: set[str]) -> Order:
+def _order(rng: random.Random, customer: Customer, status: OrderStatus, days: int | None, used: set[str]) -> Order:
     while True:
         order_id = str(rng.randint(10000, 99999))
         if order_id not in used:
@@ -207,7 +210,7 @@ def _order(rng: random.Random, customer: Customer, status: str, days: int | None
         customer_id=customer.id,
         item=rng.choice(_ITEMS),
         amount=float(rng.randint(9, 180)) + 0.99,
-        status=status,  # type: ignore[arg-type]
+        status=status,
         delivered_days_ago=days,
     )
 
@@ -227,7 +230,7 @@ def make_task(split: Split, seed: int, index: int, intent: str) -> Task:
     status_word: str | None = None
     new_address: str | None = None
     if intent == "order_status":
-        status = rng.choice(["processing", "shipped", "delivered"])
+        status: OrderStatus = rng.choice(["processing", "shipped", "delivered"])
         target = _order(rng, sender, status, rng.randint(1, 20) if status == "delivered" else None, order_ids)
         status_word = status
     elif intent == "refund_in_policy":
