@@ -292,19 +292,10 @@ class CompletionsEndpoint:
         upstream_name: str | None = None
         model = body.get("model")
         if rt.rewriter is not None:
-            ctx = SessionContext(
-                tenant_id=principal.tenant_id,
-                agent=agent,
-                trajectory_id=trajectory_id,
-                session_id=session.id if session else None,
-                endpoint=endpoint,
-                task_id=session.task_id if session else None,
-                task_input=session.task_input if session else None,
-                end_user=end_user,
-                metadata=session.metadata if session else {},
-                harness_version=harness_version,
-                policy_version=policy_version,
-                call_index=session.calls if session else 0,
+            ctx = (
+                session.call_context(agent, endpoint, end_user)
+                if session is not None
+                else SessionContext(principal.tenant_id, agent, trajectory_id, None, endpoint, end_user=end_user)
             )
             result = rt.rewriter.prepare(ctx, body)
             if inspect.isawaitable(result):
