@@ -34,18 +34,17 @@ from evolvable.governance.redaction.names import NameRecognizer
 from evolvable.governance.redaction.phones import valid_international, valid_national
 
 ROOT = Path(__file__).resolve().parent.parent
-CORPUS = ROOT / "tests" / "governance" / "corpus" / "redaction_corpus.jsonl"
+CORPUS = ROOT / "benchmarks" / "corpus" / "redaction_corpus.jsonl"
 PEER_PYTHON = ROOT / ".venv-bench-redaction" / "bin" / "python"
 RESULTS = ROOT / "benchmarks" / "results" / "redaction.json"
 PEERS = ("ours-ner", "detect-secrets", "presidio")
 
 
 def load_records(corpus: str) -> list[dict[str, Any]]:
-    """A JSONL path, or a generated corpus: `broad:tuned`, `broad:heldout` (tests/governance/corpus/broad.py) or
+    """A JSONL path, or a generated corpus: `broad:tuned`, `broad:heldout` (benchmarks/corpus/broad.py) or
     `public` (presidio-evaluator's templates and people; needs `pip install --no-deps presidio-evaluator`)."""
     if corpus.startswith("broad:") or corpus == "public":
-        sys.path.insert(0, str(ROOT / "tests" / "governance" / "corpus"))
-        import broad
+        from corpus import broad  # benchmarks/corpus: this script's folder is first on sys.path
 
         records = broad.public_corpus(1500) if corpus == "public" else broad.generate(corpus[6:], 1500, 1)
         if records is None:

@@ -23,7 +23,7 @@ from pathlib import Path
 from redaction_ab import ROOT, baseline_src
 
 CORPORA = (
-    str(ROOT / "tests" / "governance" / "corpus" / "redaction_corpus.jsonl"),
+    str(ROOT / "benchmarks" / "corpus" / "redaction_corpus.jsonl"),
     "broad:tuned",
     "broad:heldout",
     "public",

@@ -50,19 +50,48 @@ def test_the_environment_check_finds_a_write() -> None:
     assert _environ_writes(ast.parse(code)) == [2, 3, 4]
 
 
-def test_benchmarks_do_not_import_the_tests() -> None:
-    offenders = []
-    for path in sorted((ROOT / "benchmarks").glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = (
-                [a.name for a in node.names]
-                if isinstance(node, ast.Import)
-                else [node.module or ""]
-                if isinstance(node, ast.ImportFrom)
-                else []
+def _test_imports(tree: ast.AST) -> list[int]:
+    """Lines that import `tests` or put a path through the tests folder on sys.path (insert/append)."""
+    lines = []
+    for node in ast.walk(tree):
+        names = (
+            [a.name for a in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or ""]
+            if isinstance(node, ast.ImportFrom)
+            else []
+        )
+        if any(n == "tests" or n.startswith("tests.") for n in names) or (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("insert", "append")
+            and ast.unparse(node.func.value) == "sys.path"
+            and any(
+                isinstance(c, ast.Constant) and isinstance(c.value, str) and "tests" in c.value.split("/")
+                for arg in node.args
+                for c in ast.walk(arg)
             )
-            offenders += [f"{path.name}:{node.lineno}" for n in names if n == "tests" or n.startswith("tests.")]
+        ):
+            lines.append(node.lineno)
+    return sorted(lines)
+
+
+def test_benchmarks_do_not_import_the_tests() -> None:
+    offenders = [
+        f"{path.relative_to(ROOT / 'benchmarks')}:{line}"
+        for path in sorted((ROOT / "benchmarks").rglob("*.py"))
+        for line in _test_imports(ast.parse(path.read_text()))
+    ]
     assert offenders == []
+
+
+def test_the_benchmark_guard_finds_an_import_and_a_path_insert() -> None:
+    code = (
+        "import sys\nimport tests.support\nfrom tests import x\n"
+        'sys.path.insert(0, str(ROOT / "tests" / "governance"))\nsys.path.append("tests/governance")\n'
+        'sys.path.insert(0, str(ROOT / "benchmarks"))\n'
+    )
+    assert _test_imports(ast.parse(code)) == [2, 3, 4, 5]
 
 
 def test_the_policy_server_module_entry_refuses_bad_arguments_with_a_message() -> None:

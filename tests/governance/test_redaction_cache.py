@@ -13,7 +13,7 @@ from evolvable.governance.redaction import Finding, PlaceholderMap, RedactionEng
 from evolvable.governance.redaction.engine import _FindingsCache
 from evolvable.governance.redaction.recognizers import RegexRecognizer
 
-CORPUS = Path(__file__).parent / "corpus"
+CORPUS = Path(__file__).resolve().parents[2] / "benchmarks" / "corpus"
 
 
 class Counting:

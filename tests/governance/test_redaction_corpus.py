@@ -11,7 +11,7 @@ import pytest
 from evolvable.governance.redaction import RedactionEngine
 from evolvable.governance.redaction.evaluation import STRUCTURED_GROUPS, load_corpus, score
 
-CORPUS_DIR = Path(__file__).parent / "corpus"
+CORPUS_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "corpus"
 CORPUS = CORPUS_DIR / "redaction_corpus.jsonl"
 
 

@@ -21,7 +21,9 @@ from evolvable.governance.redaction.recognizers import key_kind
 
 
 def _broad() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("broad", Path(__file__).parent / "corpus" / "broad.py")
+    spec = importlib.util.spec_from_file_location(
+        "broad", Path(__file__).resolve().parents[2] / "benchmarks" / "corpus" / "broad.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

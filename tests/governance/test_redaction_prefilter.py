@@ -19,7 +19,7 @@ from evolvable.governance.redaction import engine as engine_module
 from evolvable.governance.redaction import recognizers as r
 from evolvable.governance.redaction.evaluation import load_corpus
 
-CORPUS = Path(__file__).parent / "corpus" / "redaction_corpus.jsonl"
+CORPUS = Path(__file__).resolve().parents[2] / "benchmarks" / "corpus" / "redaction_corpus.jsonl"
 
 _FRAGMENTS = [
     " ", "\n", "\\n", '"', "'", ": ", "=", "-", "_", ".", "@", "://", "x", "A", "a", "0", "9",

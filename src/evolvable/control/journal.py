@@ -26,6 +26,13 @@ def jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
 
 
+def _only(rows: list[Row], what: str, wanted: str) -> Row:
+    """The one row an id or id prefix names; NotFound when none or several match."""
+    if len(rows) != 1:
+        raise NotFound(f"no {what} {wanted!r}" if not rows else f"{wanted!r} is ambiguous")
+    return rows[0]
+
+
 def _decision(row: Row) -> Decision:
     return Decision(
         id=row["id"],
@@ -117,10 +124,7 @@ class Journal:
         return self.decision(decision_id)
 
     def decision(self, decision_id: str) -> Decision:
-        rows = self.rows.decisions_by_prefix(decision_id, tenant=self.tenant)
-        if len(rows) != 1:
-            raise NotFound(f"no decision {decision_id!r}" if not rows else f"{decision_id!r} is ambiguous")
-        return _decision(rows[0])
+        return _decision(_only(self.rows.decisions_by_prefix(decision_id, tenant=self.tenant), "decision", decision_id))
 
     def decisions(
         self, agent: str | None = None, states: list[DecisionState] | None = None, limit: int = 200
@@ -160,10 +164,7 @@ class Journal:
 
     def rollout(self, rollout_id: str) -> Rollout:
         """A rollout by id or id prefix; a decision id finds that decision's rollout."""
-        rows = self.rows.rollouts_matching(rollout_id, tenant=self.tenant)
-        if len(rows) != 1:
-            raise NotFound(f"no rollout {rollout_id!r}" if not rows else f"{rollout_id!r} is ambiguous")
-        return _rollout(rows[0])
+        return _rollout(_only(self.rows.rollouts_matching(rollout_id, tenant=self.tenant), "rollout", rollout_id))
 
     def rollouts(self, agent: str | None = None, states: list[RolloutState] | None = None) -> list[Rollout]:
         wanted = [s.value for s in states] if states else None

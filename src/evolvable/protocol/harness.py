@@ -42,6 +42,15 @@ class ToolSpec(StrictModel):
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
 
 
+def string_parameters(**described: str) -> dict[str, Any]:
+    """A tool's JSON schema whose arguments are all required strings, each with its description."""
+    return {
+        "type": "object",
+        "properties": {name: {"type": "string", "description": text} for name, text in described.items()},
+        "required": list(described),
+    }
+
+
 class Harness(StrictModel):
     agent: str
     system_prompt: str = ""

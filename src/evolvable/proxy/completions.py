@@ -76,6 +76,24 @@ async def _send_bytes(send: Any, status: int, body: bytes, headers: list[tuple[b
 
 
 @dataclass(frozen=True, slots=True)
+class _Exchange:
+    """One call on its way back to the client: its capture record, its clocks, the ids it is answered with
+    and which token fields the client asked for."""
+
+    record: CallRecord
+    t_start: float
+    t_up: float
+    ids_header: list[tuple[bytes, bytes]]
+    keep_ids: bool
+    keep_lps: bool
+
+    @property
+    def strips_token_fields(self) -> bool:
+        """The proxy added token fields the client did not ask for: captured, then taken out of the reply."""
+        return bool(self.record.injected) and not (self.keep_ids and self.keep_lps)
+
+
+@dataclass(frozen=True, slots=True)
 class _Route:
     """Where one call goes: the body to send, the served model, the upstream and the pinned versions."""
 
@@ -227,15 +245,13 @@ class CompletionsEndpoint:
         except UpstreamError as err:
             await self._answer_failure(err, send, record, t_start, t_up, ids_header)
             return
-        injected = record.injected
+        exchange = _Exchange(record, t_start, t_up, ids_header, keep_ids, keep_lps)
         if stream and resp.status == 200 and resp.content_type == "text/event-stream":
             if native is not None:
                 record.sse_wire = native.protocol
-            await self._stream(
-                resp, receive, send, record, t_start, t_up, ids_header, keep_ids, keep_lps, bool(injected)
-            )
+            await self._stream(resp, receive, send, exchange)
             return
-        await self._plain(resp, send, record, t_start, t_up, ids_header, keep_ids, keep_lps, bool(injected), native)
+        await self._plain(resp, send, exchange, native)
 
     async def _run_of(
         self, session: Session | None, headers: dict[bytes, bytes], body: dict[str, Any], request_id: str
@@ -292,19 +308,10 @@ class CompletionsEndpoint:
         upstream_name: str | None = None
         model = body.get("model")
         if rt.rewriter is not None:
-            ctx = SessionContext(
-                tenant_id=principal.tenant_id,
-                agent=agent,
-                trajectory_id=trajectory_id,
-                session_id=session.id if session else None,
-                endpoint=endpoint,
-                task_id=session.task_id if session else None,
-                task_input=session.task_input if session else None,
-                end_user=end_user,
-                metadata=session.metadata if session else {},
-                harness_version=harness_version,
-                policy_version=policy_version,
-                call_index=session.calls if session else 0,
+            ctx = (
+                session.call_context(agent, endpoint, end_user)
+                if session is not None
+                else SessionContext(principal.tenant_id, agent, trajectory_id, None, endpoint, end_user=end_user)
             )
             result = rt.rewriter.prepare(ctx, body)
             if inspect.isawaitable(result):
@@ -395,18 +402,9 @@ class CompletionsEndpoint:
         await _send_bytes(send, status, payload, [(b"x-evolvable-overhead-ms", str(overhead).encode()), *ids_header])
 
     async def _plain(
-        self,
-        resp: aiohttp.ClientResponse,
-        send: Any,
-        record: CallRecord,
-        t_start: float,
-        t_up: float,
-        ids_header: list[tuple[bytes, bytes]],
-        keep_ids: bool,
-        keep_lps: bool,
-        injected: bool,
-        native: WireCall | None = None,
+        self, resp: aiohttp.ClientResponse, send: Any, exchange: _Exchange, native: WireCall | None = None
     ) -> None:
+        record, t_start, t_up, ids_header = exchange.record, exchange.t_start, exchange.t_up, exchange.ids_header
         cap = self.rt.config.max_upstream_reply_bytes
         read_error: aiohttp.ClientError | TimeoutError | ReplyTooLarge | None
         try:
@@ -449,9 +447,9 @@ class CompletionsEndpoint:
             else:
                 # The bytes as they came (no re-serialization); a native reply in the chat form it amounts to.
                 record.reply = msgspec.Raw(raw) if native is None else reply
-                if injected and not (keep_ids and keep_lps) and has_token_fields(raw):
+                if exchange.strips_token_fields and has_token_fields(raw):
                     shown = orjson.loads(raw)
-                    strip_token_fields(shown, keep_ids, keep_lps)
+                    strip_token_fields(shown, exchange.keep_ids, exchange.keep_lps)
                     out = orjson.dumps(shown)
         else:
             out = _error_payload(raw, status)
@@ -467,19 +465,8 @@ class CompletionsEndpoint:
         overhead = _ms((t_end - t_start) - (t_up_done - t_up))
         await _send_bytes(send, status, out, [(b"x-evolvable-overhead-ms", str(overhead).encode()), *ids_header])
 
-    async def _stream(
-        self,
-        resp: aiohttp.ClientResponse,
-        receive: Any,
-        send: Any,
-        record: CallRecord,
-        t_start: float,
-        t_up: float,
-        ids_header: list[tuple[bytes, bytes]],
-        keep_ids: bool,
-        keep_lps: bool,
-        injected: bool,
-    ) -> None:
+    async def _stream(self, resp: aiohttp.ClientResponse, receive: Any, send: Any, exchange: _Exchange) -> None:
+        record, t_start, t_up, ids_header = exchange.record, exchange.t_start, exchange.t_up, exchange.ids_header
         t_headers = time.perf_counter()
         overhead = _ms(t_headers - t_start - (t_headers - t_up))
         await send(
@@ -504,7 +491,7 @@ class CompletionsEndpoint:
                     return
 
         watcher = asyncio.create_task(watch())
-        stripper = SSEStripper(keep_ids, keep_lps) if injected and not (keep_ids and keep_lps) else None
+        stripper = SSEStripper(exchange.keep_ids, exchange.keep_lps) if exchange.strips_token_fields else None
         chunks: list[bytes] = []
         ttft: float | None = None
         cap, received = self.rt.config.max_upstream_reply_bytes, 0

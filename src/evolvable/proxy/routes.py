@@ -37,7 +37,7 @@ from evolvable.protocol.models import (
 from evolvable.proxy.capture import tool_step_id
 from evolvable.proxy.hooks import Principal, Role, SessionContext
 from evolvable.proxy.limits import InvalidInput, check_depth, check_storable
-from evolvable.proxy.records import CaptureRecord, EndRecord, SessionRecord, SignalRecord
+from evolvable.proxy.records import CaptureRecord, EndRecord, SignalRecord
 from evolvable.proxy.runtime import ProxyRuntime, step_record
 from evolvable.proxy.sessions import KEY_PREFIX, Session, new_session_id
 from evolvable.store import InvalidCursor, TrajectoryFilter
@@ -208,19 +208,7 @@ async def create_session(request: Request) -> Response:
         raise Unavailable(f"cannot create the session: {err}") from None
     await _capture(
         rt,
-        SessionRecord(
-            id=session.id,
-            trajectory_id=session.id,
-            tenant_id=session.tenant_id,
-            agent=session.agent,
-            end_user=session.end_user,
-            task_id=session.task_id,
-            task_input=spec.task_input,
-            metadata=spec.metadata,
-            harness_version=harness_version,
-            policy_version=policy_version,
-            at=session.created_at.timestamp(),
-        ),
+        session.record(spec.task_input, spec.metadata),
     )
     metrics.SESSIONS_STARTED.inc()
     return _json(

@@ -18,6 +18,8 @@ from typing import Any, Protocol
 import orjson
 
 from evolvable.protocol.models import TrajectoryStatus, new_id, utcnow
+from evolvable.proxy.hooks import SessionContext
+from evolvable.proxy.records import SessionRecord
 from evolvable.store import Store
 from evolvable.store.repos.sessions import Row, SessionRows, SqlSessionRows
 
@@ -82,6 +84,41 @@ class Session:
     @property
     def running(self) -> bool:
         return self.status == TrajectoryStatus.running.value
+
+    def call_context(self, agent: str, endpoint: str, end_user: str | None) -> SessionContext:
+        """What the rewriter is told about a call in this session: the cached run header, pinned versions
+        and how many calls came before (`agent` differs from the session's for a sub-agent's call)."""
+        return SessionContext(
+            tenant_id=self.tenant_id,
+            agent=agent,
+            trajectory_id=self.id,
+            session_id=self.id,
+            endpoint=endpoint,
+            task_id=self.task_id,
+            task_input=self.task_input,
+            end_user=end_user,
+            metadata=self.metadata,
+            harness_version=self.harness_version,
+            policy_version=self.policy_version,
+            call_index=self.calls,
+        )
+
+    def record(self, task_input: Any, metadata: dict[str, Any]) -> SessionRecord:
+        """The run header as it goes to the spool; the full `task_input` and `metadata` the client sent,
+        of which the cache keeps only the short parts (`cacheable_task_input`, `cacheable_metadata`)."""
+        return SessionRecord(
+            id=self.id,
+            trajectory_id=self.id,
+            tenant_id=self.tenant_id,
+            agent=self.agent,
+            end_user=self.end_user,
+            task_id=self.task_id,
+            task_input=task_input,
+            metadata=metadata,
+            harness_version=self.harness_version,
+            policy_version=self.policy_version,
+            at=self.created_at.timestamp(),
+        )
 
 
 class IdentifierRedactor(Protocol):

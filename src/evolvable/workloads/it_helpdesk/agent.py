@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -35,6 +34,7 @@ from evolvable.protocol.models import (
 )
 from evolvable.workloads.it_helpdesk.environment import Directory, Verdict, verify
 from evolvable.workloads.it_helpdesk.tasks import Task, recorded_train_task
+from evolvable.workloads.runner import EpisodeMemo, tally_exploration
 
 _OBJECT = re.compile(r"\{.*\}", re.DOTALL)
 SIGNAL_SOURCE = "it-helpdesk-verifier"
@@ -162,24 +162,26 @@ class ItHelpdeskRunner:
         self.concurrency = concurrency
         self.max_turns = max_turns
         self.max_tokens = max_tokens
-        self._memo: dict[tuple[str, str, str], Episode] = {}
-        self._lock = threading.Lock()
-        self.episodes_run = 0
+        self._memo: EpisodeMemo[Episode] = EpisodeMemo()
 
     def episodes(self, harness: Harness, policy: PolicySpec | None, tasks: Sequence[Task]) -> list[Episode]:
         model = policy.served_model if policy else self.model
-        key = harness.content_hash()
-        missing = [t for t in tasks if (key, model, t.id) not in self._memo]
 
-        def one(task: Task) -> Episode:
-            return run_episode(self.client, model, task, harness, max_turns=self.max_turns, max_tokens=self.max_tokens)
+        def one(task: Task) -> tuple[str, Episode]:
+            episode = run_episode(
+                self.client, model, task, harness, max_turns=self.max_turns, max_tokens=self.max_tokens
+            )
+            return task.id, episode
 
-        with ThreadPoolExecutor(max(1, min(self.concurrency, len(missing) or 1))) as pool:
-            for task, episode in zip(missing, pool.map(one, missing), strict=True):
-                with self._lock:
-                    self._memo[(key, model, task.id)] = episode
-                    self.episodes_run += 1
-        return [self._memo[(key, model, t.id)] for t in tasks]
+        def run_missing(missing: list[Task]) -> list[tuple[str, Episode]]:
+            with ThreadPoolExecutor(max(1, min(self.concurrency, len(missing)))) as pool:
+                return list(pool.map(one, missing))
+
+        return self._memo.episodes(harness, model, tasks, run_missing)
+
+    @property
+    def episodes_run(self) -> int:
+        return self._memo.episodes_run
 
     def run(self, harness: Harness, policy: PolicySpec | None, tasks: Sequence[Any]) -> list[TaskOutcome]:
         return [
@@ -209,14 +211,12 @@ class ItHelpdeskRunner:
         started = time.perf_counter()
         with ThreadPoolExecutor(max(1, min(self.concurrency, len(tasks) or 1))) as pool:
             results = list(pool.map(explorer.search, tasks))
-        report = ExplorationReport(exemplars=[], tasks=len(tasks), wall_s=time.perf_counter() - started)
-        for task, tried in zip(tasks, results, strict=True):
-            row = report.per_cluster.setdefault(task.intent, {"tasks": 0, "solved": 0, "episodes": 0})
-            row["tasks"] += 1
-            row["episodes"] += len(tried)
-            report.episodes += len(tried)
-            if tried and tried[-1].success and len(tried[-1].outputs) == 2:
-                row["solved"] += 1
-                exemplar = tried[-1].exemplar()
-                report.exemplars.append(self.sanitize(exemplar) if self.sanitize else exemplar)
-        return report
+        searched = [
+            (
+                task.intent,
+                len(tried),
+                tried[-1].exemplar() if tried and tried[-1].success and len(tried[-1].outputs) == 2 else None,
+            )
+            for task, tried in zip(tasks, results, strict=True)
+        ]
+        return tally_exploration(searched, started, self.sanitize)

@@ -2,20 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from evolvable.protocol.harness import Harness, ToolSpec
+from evolvable.protocol.harness import Harness, ToolSpec, string_parameters
 from evolvable.workloads.it_helpdesk.tasks import CATALOGUE, QUOTA_LIMIT_GB
 
 AGENT_NAME = "it-helpdesk"
-
-
-def _params(**props: str) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": {name: {"type": "string", "description": text} for name, text in props.items()},
-        "required": list(props),
-    }
 
 
 def tool_specs(detailed: bool = True) -> list[ToolSpec]:
@@ -25,38 +15,42 @@ def tool_specs(detailed: bool = True) -> list[ToolSpec]:
         ToolSpec(
             name="lookup_user",
             description="Read a user's directory entry." if d else "User.",
-            parameters=_params(user_id=uid),
+            parameters=string_parameters(user_id=uid),
         ),
         ToolSpec(
             name="unlock_account",
             description="Unlock a locked account." if d else "Unlock.",
-            parameters=_params(user_id=uid),
+            parameters=string_parameters(user_id=uid),
         ),
         ToolSpec(
             name="reset_mfa",
             description="Reset MFA, only for the requester themself." if d else "MFA.",
-            parameters=_params(user_id=uid),
+            parameters=string_parameters(user_id=uid),
         ),
-        ToolSpec(name="grant_vpn", description="Grant VPN access." if d else "VPN.", parameters=_params(user_id=uid)),
+        ToolSpec(
+            name="grant_vpn",
+            description="Grant VPN access." if d else "VPN.",
+            parameters=string_parameters(user_id=uid),
+        ),
         ToolSpec(
             name="set_mailbox_quota",
             description=f"Set the mailbox quota in GB, at most {QUOTA_LIMIT_GB}." if d else "Quota.",
-            parameters=_params(user_id=uid, gb="whole number of GB"),
+            parameters=string_parameters(user_id=uid, gb="whole number of GB"),
         ),
         ToolSpec(
             name="install_software",
             description=f"Install a package from the catalogue ({', '.join(CATALOGUE)})." if d else "Install.",
-            parameters=_params(user_id=uid, package="package name"),
+            parameters=string_parameters(user_id=uid, package="package name"),
         ),
         ToolSpec(
             name="grant_admin",
             description="Grant admin rights (never for ticket requests)." if d else "Admin.",
-            parameters=_params(),
+            parameters=string_parameters(),
         ),
         ToolSpec(
             name="reply_to_user",
             description="Send the final reply." if d else "Reply.",
-            parameters=_params(message="text"),
+            parameters=string_parameters(message="text"),
         ),
     ]
 

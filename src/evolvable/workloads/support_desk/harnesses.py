@@ -11,22 +11,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
 
-from evolvable.protocol.harness import Harness, MemoryExemplar, Skill, ToolSpec
+from evolvable.protocol.harness import Harness, MemoryExemplar, Skill, ToolSpec, string_parameters
 from evolvable.protocol.models import ChatMessage
 from evolvable.workloads.support_desk.environment import SupportDeskEnv
 from evolvable.workloads.support_desk.tasks import Task
 
 AGENT_NAME = "support-desk"
-
-
-def _params(**props: str) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": {name: {"type": "string", "description": text} for name, text in props.items()},
-        "required": list(props),
-    }
 
 
 def tool_specs(detailed: bool = True) -> list[ToolSpec]:
@@ -36,34 +27,34 @@ def tool_specs(detailed: bool = True) -> list[ToolSpec]:
         ToolSpec(
             name="lookup_order",
             description="Look up an order: status, item, owner, refund_eligible." if d else "Order info.",
-            parameters=_params(order_id="5-digit order number"),
+            parameters=string_parameters(order_id="5-digit order number"),
         ),
         ToolSpec(
             name="issue_refund",
             description="Refund an order. Only if lookup_order says refund_eligible is true." if d else "Refund.",
-            parameters=_params(order_id="5-digit order number"),
+            parameters=string_parameters(order_id="5-digit order number"),
         ),
         ToolSpec(
             name="reset_password",
             description="Send a password reset link to the ticket sender's email." if d else "Reset password.",
-            parameters=_params(email="the customer's email"),
+            parameters=string_parameters(email="the customer's email"),
         ),
         ToolSpec(
             name="update_address",
             description="Change the delivery address of an order that is still processing." if d else "Address.",
-            parameters=_params(order_id="5-digit order number", address="the new address"),
+            parameters=string_parameters(order_id="5-digit order number", address="the new address"),
         ),
         ToolSpec(
             name="escalate",
             description="Hand the ticket to a human: legal threats, injuries, chargebacks, managers."
             if d
             else "Escalate.",
-            parameters=_params(reason="why"),
+            parameters=string_parameters(reason="why"),
         ),
         ToolSpec(
             name="reply_to_customer",
             description="Send the final answer to the customer and close the ticket." if d else "Reply.",
-            parameters=_params(message="the answer"),
+            parameters=string_parameters(message="the answer"),
         ),
     ]
 

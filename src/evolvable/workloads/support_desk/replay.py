@@ -13,7 +13,6 @@ redactor) runs over every exemplar before it can reach the registry.
 from __future__ import annotations
 
 import re
-import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +22,7 @@ from evolvable.control.exploration import ExplorationReport
 from evolvable.control.gates import TaskOutcome
 from evolvable.control.models import PolicySpec
 from evolvable.protocol.harness import Harness, MemoryExemplar
+from evolvable.workloads.runner import EpisodeMemo, tally_exploration
 
 _TASK_ID = re.compile(r"^sd-(train)-(\d+)-(\d+)$")
 
@@ -54,18 +54,15 @@ class SupportDeskRunner:
         """(endpoint, model) that writes the explorer's free text; None: the agent's own policy. In
         production a stronger model writes better worked examples than a small agent can."""
         self.sanitize = sanitize
-        self._memo: dict[tuple[str, str, str], Any] = {}
-        self._lock = threading.Lock()
-        self.episodes_run = 0
+        self._memo: EpisodeMemo[Any] = EpisodeMemo()
 
     def episodes(self, harness: Harness, policy: PolicySpec | None, tasks: Sequence[Any]) -> list[Any]:
         """EpisodeResults for the tasks (memoised), in task order."""
         from evolvable.workloads.support_desk.evaluate import evaluate
 
         model = policy.served_model if policy else self.model
-        key = harness.content_hash()
-        missing = [t for t in tasks if (key, model, t.id) not in self._memo]
-        if missing:
+
+        def run_missing(missing: list[Any]) -> list[tuple[str, Any]]:
             report = evaluate(
                 missing,
                 self.endpoint,
@@ -78,11 +75,13 @@ class SupportDeskRunner:
                 max_tokens=self.max_tokens,
                 timeout_s=self.timeout_s,
             )
-            with self._lock:
-                for episode in report.episodes:
-                    self._memo[(key, model, episode.task_id)] = episode
-                self.episodes_run += len(report.episodes)
-        return [self._memo[(key, model, t.id)] for t in tasks]
+            return [(episode.task_id, episode) for episode in report.episodes]
+
+        return self._memo.episodes(harness, model, tasks, run_missing)
+
+    @property
+    def episodes_run(self) -> int:
+        return self._memo.episodes_run
 
     def run(self, harness: Harness, policy: PolicySpec | None, tasks: Sequence[Any]) -> list[TaskOutcome]:
         return [
@@ -131,16 +130,11 @@ class SupportDeskRunner:
                 results = list(pool.map(search, tasks))
         finally:
             client.close()
-        report = ExplorationReport(exemplars=[], tasks=len(tasks), wall_s=time.perf_counter() - started)
-        for task, tried in results:
-            row = report.per_cluster.setdefault(task.cluster, {"tasks": 0, "solved": 0, "episodes": 0})
-            row["tasks"] += 1
-            row["episodes"] += len(tried)
-            report.episodes += len(tried)
-            if tried and tried[-1].success:
-                row["solved"] += 1
-                exemplar = tried[-1].exemplar(task)
-                report.exemplars.append(self.sanitize(exemplar) if self.sanitize else exemplar)
+        searched = [
+            (task.cluster, len(tried), tried[-1].exemplar(task) if tried and tried[-1].success else None)
+            for task, tried in results
+        ]
+        report = tally_exploration(searched, started, self.sanitize)
         # Complete processes first (full reward), then fewest turns: the clearest worked example.
         report.exemplars.sort(key=lambda ex: (ex.cluster or "", -(ex.reward or 0.0), len(ex.messages)))
         return report

@@ -1,7 +1,7 @@
 # ruff: noqa: E501  (templates and value generators read best as one line each)
 """Generates the labeled redaction corpus: realistic agent traffic with planted values and hard negatives.
 
-    python tests/governance/corpus/generate.py            # rewrites redaction_corpus.jsonl (fixed seed)
+    python benchmarks/corpus/generate.py            # rewrites redaction_corpus.jsonl (fixed seed)
 
 Each JSONL record: {"id", "kind", "text", "spans": [{start, end, type, group}], "negatives": [{start, end, type}]}.
 Spans are exact character offsets into `text`, computed after JSON escaping, so they hold for escaped bodies too.
