@@ -35,19 +35,37 @@ def _environ_writes(tree: ast.AST) -> list[int]:
     return lines
 
 
+def _process_entry_lines(tree: ast.Module) -> set[int]:
+    """Lines of `main()` in a module run as a process (`if __name__ == "__main__": main()`): an entry point."""
+    runs_as_main = any(
+        isinstance(node, ast.If) and ast.unparse(node.test) == "__name__ == '__main__'" for node in tree.body
+    )
+    mains = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main"] if runs_as_main else []
+    return {line for fn in mains for line in range(fn.lineno, (fn.end_lineno or fn.lineno) + 1)}
+
+
 def test_only_entry_points_write_the_process_environment() -> None:
     offenders = []
     for path in sorted(SRC.rglob("*.py")):
         relative = path.relative_to(SRC)
         if relative.parts[0] == "cli" or relative.name == "__main__.py":
             continue  # entry points may set process-wide defaults before heavy imports
-        offenders += [f"{relative}:{line}" for line in _environ_writes(ast.parse(path.read_text()))]
+        tree = ast.parse(path.read_text())
+        entry = _process_entry_lines(tree)
+        offenders += [f"{relative}:{line}" for line in _environ_writes(tree) if line not in entry]
     assert offenders == [], f"library code writes os.environ (pass env to subprocesses instead): {offenders}"
 
 
 def test_the_environment_check_finds_a_write() -> None:
     code = "import os\nos.environ['A'] = '1'\nos.environ.setdefault('B', '2')\ndel os.environ['A']\n"
     assert _environ_writes(ast.parse(code)) == [2, 3, 4]
+
+
+def test_only_the_main_of_a_module_run_as_a_process_counts_as_an_entry_point() -> None:
+    runs = "import os\ndef main():\n    os.environ['A'] = '1'\nif __name__ == '__main__':\n    main()\n"
+    library = "import os\ndef main():\n    os.environ['A'] = '1'\n"
+    assert _process_entry_lines(ast.parse(runs)) == {2, 3}
+    assert _process_entry_lines(ast.parse(library)) == set()
 
 
 def _test_imports(tree: ast.AST) -> list[int]:
