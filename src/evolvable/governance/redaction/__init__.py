@@ -17,7 +17,8 @@ from evolvable.governance.redaction.engine import (
     redact_text,
 )
 from evolvable.governance.redaction.events import EventRedactor
-from evolvable.governance.redaction.recognizers import Finding, Recognizer, RegexRecognizer, default_recognizers
+from evolvable.governance.redaction.findings import Finding
+from evolvable.governance.redaction.recognizers import Recognizer, RegexRecognizer, default_recognizers
 from evolvable.governance.redaction.stream import StreamRedactor
 from evolvable.governance.redaction.token_ids import TokenCodec, TokenIdsMismatch
 from evolvable.governance.redaction.tokenizer_registry import TokenizerRegistry

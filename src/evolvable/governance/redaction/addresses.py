@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 from ahocorasick_rs import AhoCorasick
 
-from evolvable.governance.redaction.recognizers import Finding
+from evolvable.governance.redaction.findings import Finding
 
 _CAP = r"[A-ZÀ-ÖØ-ÞĀ-ɏḀ-ỿΆ-ΏΑ-ΩЀ-Я][^\W\d_]*\.?"  # Latin, Greek and Cyrillic capitals
 _NAME_WORD = (

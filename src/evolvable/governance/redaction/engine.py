@@ -19,7 +19,8 @@ from typing import Any
 from ahocorasick_rs import AhoCorasick
 
 from evolvable.errors import RedactionFailed
-from evolvable.governance.redaction.recognizers import Finding, Recognizer, default_recognizers, key_kind
+from evolvable.governance.redaction.findings import Finding
+from evolvable.governance.redaction.recognizers import Recognizer, default_recognizers, key_kind
 from evolvable.governance.redaction.recognizers import secret_value_ok as _secret_value_ok
 from evolvable.governance.redaction.validators import digits_of
 from evolvable.telemetry.metrics import REDACTIONS

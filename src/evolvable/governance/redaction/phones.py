@@ -19,7 +19,7 @@ import phonenumbers
 from phonenumbers import PhoneMetadata
 
 from evolvable.governance.redaction import validators as v
-from evolvable.governance.redaction.recognizers import Finding, free_left
+from evolvable.governance.redaction.findings import Finding, free_left
 
 # Chosen a priori as the countries most support traffic comes from (G20, the EU and EFTA, large English-, Spanish-
 # and Portuguese-speaking markets); national numbers of other countries are caught when written with `+`/`00`.

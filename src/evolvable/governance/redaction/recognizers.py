@@ -14,21 +14,12 @@ import itertools
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from ahocorasick_rs import AhoCorasick
 
 from evolvable.governance.redaction import validators as v
-
-
-class Finding(NamedTuple):
-    """A span to redact, its kind, and the priority that settles overlaps. A named tuple: immutable like a
-    frozen dataclass, and several times cheaper to create (a text can yield dozens of candidates)."""
-
-    start: int
-    end: int
-    kind: str
-    priority: int = 50
+from evolvable.governance.redaction.findings import Finding, free_left
 
 
 @runtime_checkable
@@ -272,7 +263,6 @@ def _check(predicate: Callable[[str], bool], group: int | str = 0) -> Validator:
 # Python on the (rare) regex hits rather than as a leading look-behind, which would stop the regex engine
 # from skipping quickly to candidate first characters.
 _NUM_AFTER = r"(?![A-Za-z0-9_]|[.\-/]\d)"
-_GLUE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./+-")
 
 
 _WORD_ASCII = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
@@ -286,12 +276,6 @@ def _free_right(text: str, end: int, endpos: int) -> bool:
     if after in _WORD_ASCII:
         return False
     return not (after in ".-/" and end + 1 < endpos and text[end + 1] in "0123456789")
-
-
-def free_left(text: str, start: int, glue: frozenset[str] = _GLUE) -> bool:
-    if start == 0 or text[start - 1] not in glue:
-        return True
-    return start >= 2 and text[start - 2] == "\\" and text[start - 1] in "nrt"
 
 
 # --------------------------------------------------------------------------- PII

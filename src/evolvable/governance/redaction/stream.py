@@ -20,7 +20,7 @@ from evolvable.governance.redaction.engine import (
     apply_findings,
     default_engine,
 )
-from evolvable.governance.redaction.recognizers import Finding
+from evolvable.governance.redaction.findings import Finding
 
 _PEM_BODY = re.compile(r"(?:[A-Za-z0-9+/=\s:,]|\\[nr]|Proc-Type|DEK-Info)*")
 _PEM_END = re.compile(r"-----END[ A-Z0-9]{0,20}PRIVATE KEY(?: BLOCK)?-----")

@@ -23,7 +23,7 @@ from itertools import accumulate
 from typing import Any
 
 from evolvable.governance.redaction.engine import PlaceholderMap, RedactionEngine
-from evolvable.governance.redaction.recognizers import Finding
+from evolvable.governance.redaction.findings import Finding
 from evolvable.protocol.byte_bpe import unicode_to_byte
 
 _PROBE = "Mail bob.o'neil@example.com <re: façade> ñ 中文 😀\n\tx  = 42!"
