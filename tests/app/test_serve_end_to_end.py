@@ -24,8 +24,9 @@ from pathlib import Path
 import httpx
 import pytest
 import sqlalchemy as sa
+from tests.support.serve_process import serve_process
 
-from evolvable.policy_server.launcher import free_port, policy_server
+from evolvable.policy_server.launcher import policy_server
 
 from .travel_agent import AGENT, SYSTEM, live_episode, travel_tasks
 
@@ -93,32 +94,9 @@ def served(tmp_path: Path, database: str) -> Iterator[tuple[str, Path, dict[str,
     with policy_server("smollm2-135m", tmp_path / "policy.log", max_batch=16) as policy_url:
         config = tmp_path / "evolvable.yaml"
         write_config(config, database, policy_url)
-        port = free_port()
         environment = env(tmp_path / "home", admin_key)
-        log = (tmp_path / "serve.log").open("wb")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "evolvable.cli.main", "serve", "--config", str(config), "--port", str(port)],
-            env=environment,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        base = f"http://127.0.0.1:{port}/v1"
-        try:
-            deadline = time.monotonic() + 120
-            while True:
-                assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
-                try:
-                    if httpx.get(f"{base}/control/status", timeout=2).status_code == 401:
-                        break
-                except httpx.HTTPError:
-                    pass
-                assert time.monotonic() < deadline, "serve did not start"
-                time.sleep(0.5)
+        with serve_process(config, environment, tmp_path / "serve.log", stop_s=30) as base:
             yield base, config, environment | {"ADMIN": admin_key}
-        finally:
-            proc.terminate()
-            proc.wait(30)
-            log.close()
 
 
 def control_tick(config: Path, environment: dict[str, str]) -> dict[str, object]:

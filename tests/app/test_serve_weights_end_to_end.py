@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,10 +30,11 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy as sa
+from tests.support.serve_process import serve_process
 
 from evolvable.control.models import VersionKind
 from evolvable.control.registry import Registry
-from evolvable.policy_server.launcher import free_port, policy_server
+from evolvable.policy_server.launcher import policy_server
 
 from .test_serve_end_to_end import database, env, run_round, wait_stored  # noqa: F401 (database: a fixture)
 from .travel_agent import AGENT, SYSTEM, live_episode, travel_tasks
@@ -96,28 +95,9 @@ def served(tmp_path: Path, database: str) -> Iterator[dict[str, Any]]:  # noqa: 
     with policy_server("smollm2-135m", tmp_path / "policy.log", max_batch=16) as policy_url:
         config = tmp_path / "evolvable.yaml"
         write_config(config, database, policy_url)
-        port = free_port()
         environment = env(tmp_path / "home", admin_key) | {"OMP_NUM_THREADS": "1"}
-        log = (tmp_path / "serve.log").open("wb")
-        command = [sys.executable, "-m", "evolvable.cli.main", "serve", "--config", str(config), "--port", str(port)]
-        proc = subprocess.Popen(command, env=environment, stdout=log, stderr=subprocess.STDOUT)
-        base = f"http://127.0.0.1:{port}/v1"
-        try:
-            deadline = time.monotonic() + 120
-            while True:
-                assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
-                try:
-                    if httpx.get(f"{base}/control/status", timeout=2).status_code == 401:
-                        break
-                except httpx.HTTPError:
-                    pass
-                assert time.monotonic() < deadline, "serve did not start"
-                time.sleep(0.5)
+        with serve_process(config, environment, tmp_path / "serve.log") as base:
             yield {"base": base, "policy": policy_url, "db": database, "admin": admin_key, "dir": tmp_path}
-        finally:
-            proc.terminate()
-            proc.wait(60)
-            log.close()
             for job_log in sorted((tmp_path / "rl" / "jobs").glob("*/job.log")):
                 print(f"--- {job_log.parent.name}\n{job_log.read_text()[-2000:]}")
 
