@@ -6,11 +6,11 @@ fallback when a row is already stored.
 
 from __future__ import annotations
 
-import threading
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 import sqlalchemy as sa
+from tests.support.concurrent_writers import apply_from_writers
 
 from evolvable.protocol.models import (
     MessageStep,
@@ -88,23 +88,7 @@ def test_bulk_rows_with_nul_and_offset_times_are_stored_faithfully(store: Store,
 def test_concurrent_bulk_writers_apply_each_event_once(store: Store, make_trajectory) -> None:
     trajectories = [chatty(make_trajectory, n_messages=40) for _ in range(6)]
     events = [e for t in trajectories for e in events_for(t)]
-    applied: list[int] = []
-    errors: list[BaseException] = []
-
-    def write(offset: int) -> None:
-        try:
-            order = events[offset:] + events[:offset]
-            for i in range(0, len(order), 90):
-                applied.append(store.apply_events(order[i : i + 90]))
-        except BaseException as err:  # pragma: no cover - reported below
-            errors.append(err)
-
-    threads = [threading.Thread(target=write, args=(k * 45,)) for k in range(3)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    assert not errors
+    applied = apply_from_writers(store, events, writers=3, chunk=90, stride=45)
     assert sum(applied) == len(events)
     for t in trajectories:  # arrival order depends on which writer came first; the content does not
         loaded = store.get_trajectory(t.id)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import threading
+from tests.support.concurrent_writers import apply_from_writers
 
 from evolvable.protocol.models import MessageStep, Signal, SignalAttached, StepAppended, events_for
 from evolvable.store import Store, TrajectoryFilter
@@ -60,24 +60,8 @@ def test_replayed_events_do_not_resurrect_a_purged_trajectory(store: Store, make
 def test_concurrent_writers_apply_each_event_once(store: Store, make_trajectory) -> None:
     trajectories = [make_trajectory() for _ in range(20)]
     events = [e for t in trajectories for e in events_for(t)]
-    applied: list[int] = []
-    errors: list[BaseException] = []
-
-    def write(chunk_start: int) -> None:
-        try:
-            # Each writer sends everything, in a different order and chunking.
-            order = events[chunk_start:] + events[:chunk_start]
-            for i in range(0, len(order), 17):
-                applied.append(store.apply_events(order[i : i + 17]))
-        except BaseException as err:  # pragma: no cover - reported below
-            errors.append(err)
-
-    threads = [threading.Thread(target=write, args=(k * 31,)) for k in range(4)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    assert not errors
+    # Each writer sends everything, in a different order and chunking.
+    applied = apply_from_writers(store, events, writers=4, chunk=17, stride=31)
     assert sum(applied) == len(events)
     for t in trajectories:
         loaded = store.get_trajectory(t.id)
