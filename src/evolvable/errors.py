@@ -4,7 +4,8 @@ EvolvableError
 ├── ProtocolError          invalid ATDP data (carries readable, located reasons)
 ├── ConversionError        an input cannot be converted to or from ATDP
 ├── StoreError             the store cannot be opened, migrated or written
-│   └── NotFound           a record does not exist (or belongs to another tenant)
+│   ├── NotFound           a record does not exist (or belongs to another tenant)
+│   └── UnmigratedTables   the code declares tables no migration creates (the store will not open)
 ├── GovernanceError        redaction, consent, retention or purge failed
 │   └── RedactionFailed    a redaction stage raised; content is stored as a marker
 ├── UpstreamError          the model server failed, timed out or answered nonsense
@@ -53,6 +54,17 @@ class StoreError(EvolvableError):
 
 class NotFound(StoreError):
     pass
+
+
+class UnmigratedTables(StoreError):
+    """Migrations are the only schema authority: a declared table no revision creates is never made directly."""
+
+    def __init__(self, tables: list[str]) -> None:
+        self.tables = tables
+        super().__init__(
+            f"no migration creates the table(s) {', '.join(tables)} that the code declares; "
+            'add one (`evolvable db revision -m "..."`) and open the store again'
+        )
 
 
 class GovernanceError(EvolvableError):

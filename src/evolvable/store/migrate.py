@@ -1,16 +1,17 @@
 """Running Alembic from code: no alembic.ini on disk, one chain for every component.
 
-`upgrade(engine)` brings a database to the newest revision. Tables that another
-component declared on the shared metadata but that no revision creates yet are
-then created directly with `create_all` and named in a warning: development keeps
-working, and `schema_diff` (tested) reports the gap until a revision covers them.
-Generate that revision with `evolvable db revision -m "..."`.
+`upgrade(engine)` brings a database to the newest revision. Migrations are the only
+schema authority: a table a component declared on the shared metadata that no revision
+creates is an error (`UnmigratedTables`, naming it), never created behind the chain's
+back, so every database reaches its schema the same way. Generate the missing revision
+with `evolvable db revision -m "..."`.
 """
 
 from __future__ import annotations
 
-import logging
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -22,10 +23,9 @@ from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
+from evolvable.errors import UnmigratedTables
 from evolvable.store.engine import WRITE_OPTIONS
 from evolvable.store.tables import metadata
-
-log = logging.getLogger(__name__)
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 _PG_LOCK_KEY = 0x45564F4C  # "EVOL": serializes concurrent migrations of one PostgreSQL database
@@ -50,26 +50,26 @@ def current_revision(connection: sa.Connection) -> str | None:
     return MigrationContext.configure(connection).get_current_revision()
 
 
-def upgrade(engine: sa.Engine, *, create_missing: bool = True, migrations_dir: Path = MIGRATIONS_DIR) -> list[str]:
-    """Migrate to head; then create metadata tables no revision made. Returns the names created that way."""
+def upgrade(engine: sa.Engine, *, migrations_dir: Path = MIGRATIONS_DIR) -> None:
+    """Migrate to head; `UnmigratedTables`, with nothing migrated, when the metadata declares a table that
+    no revision creates."""
+    with _migrating(engine, migrations_dir) as conn:
+        existing = set(sa.inspect(conn).get_table_names())
+        missing = [t.name for t in metadata.sorted_tables if t.name not in existing]
+        if missing:
+            raise UnmigratedTables(missing)
+
+
+@contextmanager
+def _migrating(engine: sa.Engine, migrations_dir: Path) -> Iterator[sa.Connection]:
+    """A transaction holding the database at head (migrated in it when behind); commits on leaving."""
     # Serialize concurrent openers: BEGIN IMMEDIATE on SQLite, an advisory lock on PostgreSQL.
     with engine.execution_options(**WRITE_OPTIONS).begin() as conn:
         if conn.dialect.name == "postgresql":
             conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_PG_LOCK_KEY)))
         if current_revision(conn) != head_revision(migrations_dir):
             command.upgrade(alembic_config(conn, migrations_dir), "head")
-        if not create_missing:
-            return []
-        existing = set(sa.inspect(conn).get_table_names())
-        missing = [t for t in metadata.sorted_tables if t.name not in existing]
-        if missing:
-            log.warning(
-                "tables not created by any migration yet, created from metadata: %s "
-                "(run `evolvable db revision -m ...` to add a revision)",
-                ", ".join(t.name for t in missing),
-            )
-            metadata.create_all(conn, tables=missing, checkfirst=True)
-        return [t.name for t in missing]
+        yield conn
 
 
 def schema_diff(engine: sa.Engine) -> list[Any]:
@@ -92,7 +92,8 @@ def autogenerate_revision(message: str, migrations_dir: Path = MIGRATIONS_DIR) -
     with tempfile.TemporaryDirectory() as scratch:
         engine = create_engine(f"sqlite:///{Path(scratch) / 'scratch.db'}")
         try:
-            upgrade(engine, create_missing=False, migrations_dir=migrations_dir)
+            with _migrating(engine, migrations_dir):
+                pass  # to head only: the metadata's tables beyond it are what the revision will create
             if not schema_diff(engine):
                 return None
             with engine.begin() as conn:

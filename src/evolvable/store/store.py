@@ -48,8 +48,10 @@ class Store:
             else:
                 with engine.connect() as conn:
                     conn.execute(sa.text("select 1"))
-        except sa.exc.SQLAlchemyError as err:
+        except (sa.exc.SQLAlchemyError, StoreError) as err:
             engine.dispose()
+            if isinstance(err, StoreError):
+                raise
             raise StoreError(f"cannot open the store at {redacted(url)}: {err.__class__.__name__}: {err}") from err
         return cls(engine)
 
