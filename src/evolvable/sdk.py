@@ -98,7 +98,7 @@ class _StoreSink:
         self._apply(TrajectoryStarted(header=header, trajectory_id=header.id, tenant_id=header.tenant_id))
 
     def _apply(self, event: Event) -> None:
-        self.store.apply_events(self.governor.govern([event]))
+        self.store.apply_events(self.governor.govern([event], {self.header.id: self.header.run_capture()}))
 
     def step(self, step: Step) -> None:
         self._apply(StepAppended(step=step, trajectory_id=self.header.id, tenant_id=self.header.tenant_id))

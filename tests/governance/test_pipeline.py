@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.support.no_read_store import engine_only
+
 from evolvable.governance.audit import AuditAction, AuditLog
 from evolvable.governance.capture import REDACTION_FAILED
 from evolvable.governance.pipeline import Governor
@@ -98,15 +100,36 @@ def test_off_capture_drops_everything_and_agent_overrides_apply(store: Store) ->
     store.apply_events(governed)
     assert store.get_trajectory(support.id).steps
 
-    # A later batch without the start event: the agent is looked up in the store (or the cache).
+    # A later batch without the start event: the run its caller carries (or the start event seen) decides.
     late = [e for e in events_for(hr) if isinstance(e, StepAppended)]
     assert governor.govern(late) == []
-    fresh = Governor(store, directory=governor.directory, redactor=ReplacingRedactor())
+    fresh = Governor(engine_only(store), directory=governor.directory, redactor=ReplacingRedactor())
     late_support = [e for e in events_for(support) if isinstance(e, StepAppended)]
-    assert len(fresh.govern(late_support)) == len(late_support)
-    # Unknown agent and no start event anywhere: the strictest of the tenant's policies (off) applies.
+    assert len(fresh.govern(late_support, {support.id: support.run_capture()})) == len(late_support)
+    # No run carried and no start event seen (a record spooled before records named their run): the strictest
+    # of the tenant's policies (off) applies, whatever the store holds.
+    assert fresh.govern(late_support) == []
     orphan = [e for e in events_for(make_trajectory(agent="support")) if isinstance(e, StepAppended)]
     assert fresh.govern(orphan) == []
+
+
+def test_a_batch_after_its_start_is_governed_by_the_carried_run_without_reading_the_store(store: Store) -> None:
+    """The writer's records name their run: a restarted writer's governor (nothing remembered) governs steps
+    whose start event was applied batches ago by the agent and the capture the run asked for, and reads no
+    trajectory back (`engine_only` raises on any read)."""
+    governor = _governor(store, ReplacingRedactor(), acme={"agent_capture": {"hr-bot": "off"}})
+    hr = make_trajectory(agent="hr-bot")
+    consenting = make_trajectory(agent="support", question=f"key {SECRET}")
+    consenting.capture = CaptureMode.metadata  # this run asked for less than its tenant's policy
+    store.apply_events(governor.govern([events_for(hr)[0], events_for(consenting)[0]]))  # batch 1: the starts
+    restarted = Governor(engine_only(store), directory=governor.directory, redactor=ReplacingRedactor())
+    later = [e for t in (hr, consenting) for e in events_for(t)[1:]]
+    governed = restarted.govern(later, {t.id: t.run_capture() for t in (hr, consenting)})
+    assert {e.trajectory_id for e in governed} == {consenting.id}  # hr-bot: off
+    store.apply_events(governed)
+    stored = store.get_trajectory(consenting.id)
+    assert stored.steps and stored.outcome() == 1.0
+    assert SECRET not in stored.model_dump_json() and "4411" not in stored.model_dump_json()  # metadata: no text
 
 
 def test_failing_redactor_fails_closed_and_is_audited(store: Store) -> None:
@@ -176,9 +199,10 @@ def test_a_run_can_ask_for_less_capture_never_more(store: Store) -> None:
     store.apply_events(governor.govern([*events_for(private), *events_for(greedy)]))
     assert "do not keep" not in store.get_trajectory(private.id).model_dump_json()
     assert "keep everything" not in store.get_trajectory(greedy.id).model_dump_json()
-    # Later batches of the private run (no start event) still follow what it asked for.
+    # Later batches of the private run (no start event) still follow what it asked for, as their caller carries it.
     late = make_trajectory(question="late words")
     late.id = private.id
     steps = [e for e in events_for(late) if isinstance(e, StepAppended)]
-    fresh = Governor(store, directory=governor.directory, redactor=ReplacingRedactor())
-    assert all(e.step.kind != "llm_call" or not e.step.request_messages[1].content for e in fresh.govern(steps))
+    fresh = Governor(engine_only(store), directory=governor.directory, redactor=ReplacingRedactor())
+    governed = fresh.govern(steps, {private.id: private.run_capture()})
+    assert all(e.step.kind != "llm_call" or not e.step.request_messages[1].content for e in governed)

@@ -185,7 +185,7 @@ class TenantAuth:
 
 
 class RedactingGovernor:
-    def govern(self, events: list[Any]) -> list[Any]:
+    def govern(self, events: list[Any], runs: object = None) -> list[Any]:
         for e in events:
             if isinstance(e, StepAppended) and e.step.kind == "llm_call":
                 for m in e.step.request_messages:

@@ -80,7 +80,7 @@ class SwitchableGovernor:
     def __init__(self) -> None:
         self.broken = True
 
-    def govern(self, events: list[Event]) -> list[Event]:
+    def govern(self, events: list[Event], runs: object = None) -> list[Event]:
         if self.broken and any(isinstance(e, StepAppended) and "boom" in e.model_dump_json() for e in events):
             raise ValueError("governor cannot handle this record")
         return events
@@ -143,7 +143,7 @@ def test_a_database_outage_is_retried_not_quarantined(tmp_path: Path) -> None:
 
 
 class _Passthrough:
-    def govern(self, events: list[Event]) -> list[Event]:
+    def govern(self, events: list[Event], runs: object = None) -> list[Event]:
         return events
 
 

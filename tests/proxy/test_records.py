@@ -1,5 +1,6 @@
 """Capture records: one typed, versioned codec for the spool; records spooled by earlier versions (untyped
-dicts, no version) still decode and convert to the same events; the writer never reads the store back."""
+dicts, no version) still decode and convert to the same events; every record names its run, so neither the
+writer nor its governor reads the store back."""
 
 from __future__ import annotations
 
@@ -8,13 +9,24 @@ from pathlib import Path
 import msgspec
 import orjson
 import pytest
+from tests.support.no_read_store import engine_only
 
-from evolvable.protocol.models import LLMCallStep, StepAppended, ToolCallStep, TrajectoryStarted
+from evolvable.governance.pipeline import Governor
+from evolvable.governance.tenants import TenantDirectory
+from evolvable.protocol.models import (
+    CaptureMode,
+    LLMCallStep,
+    RunCapture,
+    StepAppended,
+    ToolCallStep,
+    TrajectoryStarted,
+)
 from evolvable.proxy.capture import Converter
 from evolvable.proxy.hooks import PassThroughGovernor
 from evolvable.proxy.records import (
     RECORD_VERSION,
     CallRecord,
+    CaptureRecord,
     EndRecord,
     SessionRecord,
     SignalRecord,
@@ -242,3 +254,48 @@ def test_the_writer_applies_version_1_and_2_records_from_one_spool(tmp_path: Pat
     assert [s.kind for s in stored.steps] == ["llm_call", "tool_call", "llm_call"]
     tool = stored.steps[1]
     assert isinstance(tool, ToolCallStep) and tool.llm_step_id == "step_req_1"
+
+
+def _without_run(record: CaptureRecord) -> bytes:
+    """`record` as a version-2 proxy spooled it: no `ra` / `cap` (it did not name its run)."""
+    data = orjson.loads(encode(record))
+    del data["ra"], data["cap"]
+    return orjson.dumps({**data, "v": 2})
+
+
+def test_a_restarted_writer_governs_by_the_run_each_record_names_and_never_reads_the_store(tmp_path: Path) -> None:
+    """Sessions start in one writer's batch; their steps reach a restarted writer, whose governor remembers
+    nothing and may not read the store (`engine_only`). A version-3 step names its run (agent `support`, full
+    capture: kept); a version-2 step names none and fails closed to the tenant's strictest mode (`off`)."""
+    spool_dir = tmp_path / "spool"
+    with Store.open(f"sqlite:///{tmp_path / 'store.db'}") as store:
+        directory = TenantDirectory(store.engine, cache_ttl_s=0)
+        directory.create_tenant("acme", agent_capture={"hr-bot": "off"})
+
+        def writer() -> BackgroundWriter:
+            governor = Governor(engine_only(store), directory=directory, redact=False)
+            return BackgroundWriter(SpoolReader(spool_dir), store, governor, SessionManager(store), WriterStats())
+
+        def session(tid: str) -> SessionRecord:
+            return SessionRecord(id=tid, trajectory_id=tid, tenant_id="acme", agent="support", run_agent="support")
+
+        def step(tid: str) -> StepRecord:
+            message = {"id": f"msg_{tid}", "kind": "message", "content": "where is order 7?"}
+            return StepRecord(id=message["id"], trajectory_id=tid, tenant_id="acme", run_agent="support", step=message)
+
+        with Spool(spool_dir) as spool:
+            assert spool.append_nowait(encode(session("traj_new"))) and spool.append_nowait(encode(session("traj_old")))
+            spool.wait_written(2, 10)
+            assert writer().drain() == 2
+            assert spool.append_nowait(encode(step("traj_new"))) and spool.append_nowait(_without_run(step("traj_old")))
+            spool.wait_written(4, 10)
+            assert writer().drain() == 2
+        assert [s.content for s in store.get_trajectory("traj_new").steps] == ["where is order 7?"]  # type: ignore[union-attr]
+        assert store.get_trajectory("traj_old").steps == []
+
+
+def test_every_record_names_its_run_and_records_before_version_3_name_none() -> None:
+    record = CallRecord(id="r", request_id="r", trajectory_id="traj_a", agent="helper", run_agent="lead")
+    assert decode(encode(record)).run() == RunCapture("lead", CaptureMode.full)  # the run's agent, not the call's
+    assert decode(orjson.dumps(V1_CALL)).run() is None
+    assert decode(_without_run(record)).run() is None

@@ -149,7 +149,15 @@ def runs_router(clusterer: Clusterer | None) -> APIRouter:
             "metadata": {"key_id": v.actor, "comment": body.comment},
         }
         await rt.spool_record(
-            SignalRecord(id=signal["id"], trajectory_id=t.id, tenant_id=t.tenant_id, end_user=t.end_user, signal=signal)
+            SignalRecord(
+                id=signal["id"],
+                trajectory_id=t.id,
+                tenant_id=t.tenant_id,
+                end_user=t.end_user,
+                run_agent=t.agent,
+                capture=t.capture,
+                signal=signal,
+            )
         )
         await rt.flush()
         return json_response({"signal_id": signal["id"], "trajectory_id": t.id}, 201)

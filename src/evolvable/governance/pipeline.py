@@ -1,7 +1,11 @@
 """The Governor: what every captured event passes through between the proxy's spool and the store.
 
 Stages, per trajectory: capture policy (full | metadata | off, per tenant and agent), then
-redaction of what is kept. Fail closed: if a stage raises, every piece of text in that trajectory's
+redaction of what is kept. The policy goes by the run's agent and the capture it asked for, which
+the caller hands over with the events (`runs`; the proxy's capture records name their run) or a start
+event carries; the governor never reads a header back from the store. A run it cannot tell (a record
+spooled before records named their run, and no start event seen) gets the strictest of its tenant's
+modes. Fail closed: if a stage raises, every piece of text in that trajectory's
 events is replaced by `<REDACTION_FAILED>` (token ids dropped too) and a `redaction_failed` audit
 entry is written; content is never stored in the clear because a stage broke.
 
@@ -16,7 +20,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict, defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
@@ -24,7 +28,7 @@ import orjson
 from evolvable.governance.audit import AuditAction, AuditLog
 from evolvable.governance.capture import drop_token_ids, mark_redaction_failed, strictest, strip_content
 from evolvable.governance.tenants import TenantDirectory
-from evolvable.protocol.models import CaptureMode, Event, LLMCallStep, StepAppended, TrajectoryStarted
+from evolvable.protocol.models import CaptureMode, Event, LLMCallStep, RunCapture, StepAppended, TrajectoryStarted
 from evolvable.store import Store
 from evolvable.telemetry import metrics
 
@@ -50,7 +54,7 @@ def _llm_text(event: Any) -> bytes | None:
 
 
 class Governor:
-    """Implements the proxy's Governor seam: `govern(events) -> events`, fail closed."""
+    """Implements the proxy's Governor seam: `govern(events, runs) -> events`, fail closed."""
 
     def __init__(
         self,
@@ -76,25 +80,26 @@ class Governor:
         self._person_names = person_names
         self._recognizers = recognizers
         self._local = threading.local()
-        self._runs: OrderedDict[str, tuple[str, CaptureMode]] = OrderedDict()
+        self._runs: OrderedDict[str, RunCapture] = OrderedDict()
         self._agent_cache_size = agent_cache_size
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ the seam
 
-    def govern(self, events: list[Event]) -> list[Event]:
+    def govern(self, events: list[Event], runs: Mapping[str, RunCapture] | None = None) -> list[Event]:
+        """`runs`: each trajectory's agent and asked-for capture as the caller knows them (see the module)."""
         groups: dict[str, list[int]] = defaultdict(list)
         for index, event in enumerate(events):
             groups[event.trajectory_id].append(index)
-        runs = self._runs_for(events, list(groups))
+        known = self._runs_for(events, runs or {}, list(groups))
         out: list[Any] = [None] * len(events)
         for trajectory_id, indexes in groups.items():
             batch = [events[i] for i in indexes]
             tenant_id = batch[0].tenant_id
             policy = self.directory.policy_for(tenant_id)
-            known = runs.get(trajectory_id)
+            run = known.get(trajectory_id)
             # A run may ask for less capture than its tenant's policy (consent per session), never for more.
-            mode = strictest([policy.capture_for(known[0]), known[1]]) if known else policy.capture_for(None)
+            mode = strictest([policy.capture_for(run.agent), run.capture]) if run else policy.capture_for(None)
             for i, governed in zip(indexes, self._govern_one(trajectory_id, tenant_id, mode, batch), strict=True):
                 out[i] = governed
             metrics.GOVERNED_EVENTS.labels(mode.value).inc(len(batch))
@@ -185,25 +190,20 @@ class Governor:
 
     # ------------------------------------------------------------------ which agent ran a trajectory
 
-    def _runs_for(self, events: list[Any], trajectory_ids: list[str]) -> dict[str, tuple[str, CaptureMode]]:
-        """(agent, capture the run asked for) per trajectory: from start events, the cache, or the store."""
+    def _runs_for(
+        self, events: list[Event], carried: Mapping[str, RunCapture], trajectory_ids: list[str]
+    ) -> dict[str, RunCapture]:
+        """The run of each trajectory that can be told without the store: carried by the caller, else from a
+        start event in this batch or an earlier one (a bounded LRU, for events whose caller names no run)."""
         for event in events:
             if isinstance(event, TrajectoryStarted):
-                self._remember(event.trajectory_id, event.header.agent, event.header.capture)
-        found = {tid: self._runs[tid] for tid in trajectory_ids if tid in self._runs}
-        missing = [tid for tid in trajectory_ids if tid not in found]
-        if missing:
-            from evolvable.store import TrajectoryFilter
-
-            headers, _ = self.store.list_trajectories(TrajectoryFilter(ids=missing), limit=len(missing))
-            for header in headers:
-                self._remember(header.id, header.agent, header.capture)
-                found[header.id] = (header.agent, header.capture)
-        return found
-
-    def _remember(self, trajectory_id: str, agent: str, capture: CaptureMode) -> None:
+                self._remember(event.trajectory_id, event.header.run_capture())
         with self._lock:
-            self._runs[trajectory_id] = (agent, capture)
+            return {tid: run for tid in trajectory_ids if (run := carried.get(tid) or self._runs.get(tid)) is not None}
+
+    def _remember(self, trajectory_id: str, run: RunCapture) -> None:
+        with self._lock:
+            self._runs[trajectory_id] = run
             self._runs.move_to_end(trajectory_id)
             while len(self._runs) > self._agent_cache_size:
                 self._runs.popitem(last=False)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -285,6 +285,15 @@ class Signal(StrictModel):
 # --------------------------------------------------------------------------- trajectory
 
 
+class RunCapture(NamedTuple):
+    """Who runs a trajectory and the capture it asked for: what governance decides the capture policy of any
+    of the run's events by. Only the start event holds the header, so whoever hands a governor the later
+    events carries this with them (the governor never reads the header back from the store)."""
+
+    agent: str
+    capture: CaptureMode = CaptureMode.full
+
+
 class TrajectoryHeader(StrictModel):
     """Everything about a run except its steps and signals."""
 
@@ -302,6 +311,9 @@ class TrajectoryHeader(StrictModel):
     started_at: datetime = Field(default_factory=utcnow)
     ended_at: datetime | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+    def run_capture(self) -> RunCapture:
+        return RunCapture(self.agent, self.capture)
 
     @field_validator("schema_version")
     @classmethod

@@ -210,6 +210,7 @@ class CompletionsEndpoint:
             tenant_id=principal.tenant_id,
             session_id=session.id if session else None,
             agent=agent,
+            run_agent=session.agent if session else agent,
             end_user=end_user,
             endpoint=endpoint,
             request=body,

@@ -2,7 +2,7 @@
 plugs in a RequestRewriter. The defaults below are what the proxy does without them.
 
     Authenticator.authenticate(bearer) -> Principal | None      who is calling (None: 401)
-    Governor.govern(events) -> events                           spool -> store; must fail closed
+    Governor.govern(events, runs) -> events                     spool -> store; must fail closed
     RequestRewriter.prepare(ctx, body) -> RewriteResult         harness + routing for one call
 
 `prepare` may be a plain or an async method; the proxy awaits the result when it is awaitable.
@@ -10,12 +10,12 @@ plugs in a RequestRewriter. The defaults below are what the proxy does without t
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
-from evolvable.protocol.models import Event
+from evolvable.protocol.models import Event, RunCapture
 
 
 class Role(StrEnum):
@@ -68,7 +68,10 @@ class Authenticator(Protocol):
 
 @runtime_checkable
 class Governor(Protocol):
-    def govern(self, events: list[Event]) -> list[Event]: ...
+    def govern(self, events: list[Event], runs: Mapping[str, RunCapture] | None = None) -> list[Event]:
+        """The events to store. `runs`: each trajectory's run as the caller knows it (its capture records
+        name it), so a governor never reads back a header the writer wrote in an earlier batch."""
+        ...
 
 
 @dataclass
@@ -121,7 +124,7 @@ class OpenAuthenticator:
 class PassThroughGovernor:
     """Stores events as captured. Governance replaces it with redaction, consent and tenant policy."""
 
-    def govern(self, events: list[Event]) -> list[Event]:
+    def govern(self, events: list[Event], runs: Mapping[str, RunCapture] | None = None) -> list[Event]:
         return events
 
 

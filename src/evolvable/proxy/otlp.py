@@ -6,7 +6,8 @@ trace's spans in several batches, children before their parents, so each batch e
 trajectory: steps and signals get ids derived from their span ids (a re-sent span is a no-op), and the
 header (agent, status, times) is written when the trace's root span arrives; until then the
 trajectory reads as `running`. Events go through the Governor (redaction, consent) like captured
-traffic, and are written before the answer, so an exporter's retry on 503 loses nothing.
+traffic, and are written before the answer, so an exporter's retry on 503 loses nothing. Spans before
+their root name no agent: the governor applies the strictest of the tenant's capture modes to them.
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ from evolvable.protocol.converters.otel import TraceFragment, span_step_id, trac
 from evolvable.protocol.models import (
     Event,
     LLMCallStep,
+    RunCapture,
     ToolCallStep,
     Trajectory,
     TrajectoryEnded,
     TrajectoryStarted,
+    TrajectoryStatus,
     events_for,
 )
 from evolvable.proxy.hooks import Governor, Principal
@@ -100,6 +103,7 @@ def ingest(store: Store, governor: Governor, fragments: list[TraceFragment], ten
     """Merge each fragment into its stored trajectory, governed, in one store transaction."""
     result = IngestResult()
     events: list[Event] = []
+    runs: dict[str, RunCapture] = {}
     for fragment in fragments:
         stored = _stored(store, fragment.trajectory.id)
         if stored is not None and stored.tenant_id != tenant_id:
@@ -107,9 +111,11 @@ def ingest(store: Store, governor: Governor, fragments: list[TraceFragment], ten
             continue
         _link_to_stored(fragment, stored)
         events += fragment_events(fragment)
+        if stored is not None and stored.status != TrajectoryStatus.running:
+            runs[stored.id] = stored.run_capture()  # the root span (it ends the run) wrote the header earlier
         result.accepted_spans += fragment.span_count
     if events:
-        store.apply_events(governor.govern(events))
+        store.apply_events(governor.govern(events, runs))
     return result
 
 

@@ -9,6 +9,9 @@ dead-letter listing).
 
 A call's upstream reply goes into the record as the bytes the upstream sent (`msgspec.Raw`): the
 request path frames them without re-serializing, and the writer decodes them with the rest.
+
+Every record names its run (`run()`: the run's agent and the capture it asked for), so the writer
+governs a step whose session started batches, or a restart, ago without reading the store back.
 """
 
 from __future__ import annotations
@@ -18,10 +21,11 @@ from typing import Any
 
 import msgspec
 
-from evolvable.protocol.models import TrajectoryHeader
+from evolvable.protocol.models import CaptureMode, RunCapture, TrajectoryHeader
 
-RECORD_VERSION = 2
-"""Written by this version. 1: the untyped dicts of earlier versions (no `v` key)."""
+RECORD_VERSION = 3
+"""Written by this version. 1: the untyped dicts of earlier versions (no `v` key). 2: typed. 3: every
+record names its run (`ra`, `cap`)."""
 
 
 class CaptureRecord(msgspec.Struct, kw_only=True, tag_field="t"):
@@ -34,6 +38,15 @@ class CaptureRecord(msgspec.Struct, kw_only=True, tag_field="t"):
     end_user: str | None = None
     at: float | None = None
     """Unix time of what was recorded (the call's start for calls without it)."""
+    run_agent: str | None = msgspec.field(default=None, name="ra")
+    """The agent that runs the trajectory (a call's `agent` may be a sub-agent's); None before version 3."""
+    capture: CaptureMode = msgspec.field(default=CaptureMode.full, name="cap")
+    """The capture the run asked for (a run may ask for less than its tenant's policy)."""
+
+    def run(self) -> RunCapture | None:
+        """What the governor decides this record's capture by; None for a record written before version 3,
+        which does not name its run (the governor then applies the strictest of the tenant's modes)."""
+        return RunCapture(self.run_agent, self.capture) if self.run_agent is not None else None
 
 
 class SessionRecord(CaptureRecord, tag="session", kw_only=True):
@@ -135,6 +148,7 @@ def run_header(
         policy_version=record.policy_version,
         task_id=task_id,
         task_input=task_input,
+        capture=record.capture,
         started_at=datetime.fromtimestamp(started_at, UTC) if started_at else datetime.now(UTC),
         metadata=metadata if metadata is not None else getattr(record, "metadata", None) or {},
     )

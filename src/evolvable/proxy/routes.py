@@ -304,6 +304,7 @@ async def add_signals(session_id: str, request: Request) -> Response:
                 trajectory_id=session.id,
                 tenant_id=session.tenant_id,
                 end_user=session.end_user,
+                run_agent=session.agent,
                 signal=signal,
             ),
         )
@@ -323,6 +324,7 @@ async def end_session(
             session_id=session.id,
             tenant_id=session.tenant_id,
             end_user=session.end_user,
+            run_agent=session.agent,
             status=status,
             outcome=outcome,
             reason=reason,

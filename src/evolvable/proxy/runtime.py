@@ -216,6 +216,7 @@ def step_record(session: Session, step: Step, at: float) -> StepRecord:
         trajectory_id=session.id,
         tenant_id=session.tenant_id,
         end_user=session.end_user,
+        run_agent=session.agent,
         step=step.model_dump(mode="json"),
         at=at,
     )

@@ -111,6 +111,7 @@ class Session:
             trajectory_id=self.id,
             tenant_id=self.tenant_id,
             agent=self.agent,
+            run_agent=self.agent,
             end_user=self.end_user,
             task_id=self.task_id,
             task_input=task_input,

@@ -9,6 +9,7 @@ checkpoint, a lock for purges), so the two modes behave the same.
 A batch is applied in one store transaction; the checkpoint moves only after the commit, so a crash
 replays at most one batch, and the store ignores replayed events by id. Failures (database down,
 governor error) are retried with backoff; nothing is skipped and nothing is stored ungoverned.
+Nothing here reads the store back: the governor gets each trajectory's run from the records.
 """
 
 from __future__ import annotations
@@ -192,7 +193,8 @@ class BackgroundWriter:
 
     def _apply_together(self, items: list[_Item]) -> None:
         events = [e for item in items for e in item.events]
-        governed = self.governor.govern(events)
+        runs = {item.record.trajectory_id: run for item in items if (run := item.record.run()) is not None}
+        governed = self.governor.govern(events, runs)
         self.store.apply_events(governed)
         self._after_apply([item.record for item in items])
         self.stats.applied(len(items), len(governed))
