@@ -45,7 +45,8 @@ class CaptureRecord(msgspec.Struct, kw_only=True, tag_field="t"):
 
     def run(self) -> RunCapture | None:
         """What the governor decides this record's capture by; None for a record written before version 3,
-        which does not name its run (the governor then applies the strictest of the tenant's modes)."""
+        which does not name its run (the governor then goes by a start event it saw, else the strictest of
+        the tenant's modes)."""
         return RunCapture(self.run_agent, self.capture) if self.run_agent is not None else None
 
 
