@@ -28,7 +28,6 @@ import sqlalchemy as sa
 from psycopg.adapt import Dumper
 from psycopg.pq import Format
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 
 from evolvable.errors import StoreError
 from evolvable.store.engine import dumps_json
@@ -96,19 +95,19 @@ def _copy(conn: sa.Connection, table: sa.Table, columns: Sequence[str], values: 
     cursor.adapters.register_dumper(_JSONDocument, _JsonTextDumper)
     cursor.adapters.register_dumper(_JSONBDocument, _JsonbTextDumper)
     with cursor, cursor.copy(statement) as copy:
-        copy.set_types(_binary_types(table, tuple(columns)))
+        copy.set_types(_binary_types(table, tuple(columns), conn.dialect))
         for row in values:
             copy.write_row(row)
 
 
 @cache
-def _binary_types(table: sa.Table, columns: tuple[str, ...]) -> list[int | str]:
+def _binary_types(table: sa.Table, columns: tuple[str, ...], dialect: sa.Dialect) -> list[int | str]:
     """PostgreSQL types of `columns` as binary COPY sends them (it applies no casts, so they must match)."""
-    return [_binary_type(table.c[name].type) for name in columns]
+    return [_binary_type(table.c[name].type, dialect) for name in columns]
 
 
-def _binary_type(column_type: sa.types.TypeEngine[Any]) -> int | str:
-    impl = column_type.dialect_impl(_DIALECT)
+def _binary_type(column_type: sa.types.TypeEngine[Any], dialect: sa.Dialect) -> int | str:
+    impl = column_type.dialect_impl(dialect)
     if isinstance(impl, UTCDateTime):
         return "timestamptz"
     if isinstance(impl, sa.JSON):
@@ -119,7 +118,6 @@ def _binary_type(column_type: sa.types.TypeEngine[Any]) -> int | str:
     raise StoreError(f"no binary COPY type for {column_type!r}")
 
 
-_DIALECT = PGDialect_psycopg()
 _SIMPLE_TYPES: tuple[tuple[type[Any], str], ...] = (
     (sa.Boolean, "bool"),
     (sa.BigInteger, "int8"),
