@@ -85,6 +85,23 @@ def test_bulk_rows_with_nul_and_offset_times_are_stored_faithfully(store: Store,
     assert set(column) == {local.astimezone(UTC)} and len(column) == MANY
 
 
+def test_bulk_rows_with_naive_times_are_stored_as_utc(store: Store, make_trajectory) -> None:
+    """A naive timestamp means UTC (as `UTCDateTime` binds it); PostgreSQL's binary COPY needs it made aware."""
+    t = make_trajectory()
+    store.put_trajectory(t)
+    naive = datetime(2026, 11, 3, 9, 30, 0, 250)
+    aware = datetime(2026, 11, 3, 9, 30, tzinfo=timezone(timedelta(hours=2)))
+    mixed = [MessageStep(content=str(i), started_at=naive if i % 2 else aware) for i in range(MANY)]
+    store.apply_events([StepAppended(trajectory_id=t.id, step=s) for s in mixed])
+    with store.engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(steps.c.step_id, steps.c.started_at).where(steps.c.step_id.in_([s.id for s in mixed]))
+        ).all()
+    stored = dict(rows)
+    assert len(stored) == MANY
+    assert all(stored[s.id] == (naive.replace(tzinfo=UTC) if i % 2 else aware) for i, s in enumerate(mixed))
+
+
 def test_concurrent_bulk_writers_apply_each_event_once(store: Store, make_trajectory) -> None:
     trajectories = [chatty(make_trajectory, n_messages=40) for _ in range(6)]
     events = [e for t in trajectories for e in events_for(t)]

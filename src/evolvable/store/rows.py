@@ -63,7 +63,7 @@ def step_row(trajectory_id: str, step: Step) -> dict[str, Any]:
         "tool_call_id": step.__dict__.get("tool_call_id"),
         "response_id": step.__dict__.get("response_id"),
         "started_at": step.started_at,
-        "body": RawJSON(step.model_dump_json()),
+        "body": RawJSON(step.__pydantic_serializer__.to_json(step).decode()),  # (= model_dump_json, minus its wrapper)
     }
 
 
