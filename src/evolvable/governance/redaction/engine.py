@@ -110,6 +110,14 @@ def resolve_overlaps(findings: list[Finding]) -> list[Finding]:
     """Keeps the highest-priority (then longest) finding of each overlapping group, in text order (O(n log n))."""
     if len(findings) <= 1:
         return findings
+    ordered = sorted(findings)  # by start, then end: the tuples' own order
+    previous_end = 0
+    for start, end, _, _ in ordered:
+        if start < previous_end or start >= end:
+            break  # an overlap (or an empty span): rank them
+        previous_end = end
+    else:
+        return ordered  # the common case: nothing overlaps, every finding is kept
     ranked = sorted(findings, key=lambda f: (-f.priority, f.start - f.end, f.start))
     starts: list[int] = []  # kept findings, sorted by start; they never overlap each other
     kept: list[Finding] = []
