@@ -96,10 +96,15 @@ class AddressRecognizer:
     priority = 40
     # No engine-level keywords: street words such as `st` and `way` occur in most texts, and the engine's keyword
     # pass would list every occurrence; the recognizer's own search wants them preceded by a space.
+    requires_digit = True  # every address has a house number: the engine skips texts without a digit
 
     def find(self, text: str, lowered: str) -> Iterable[Finding]:
         if _DIGIT.search(text) is None:
-            return []  # every address has a house number (a C-level scan, cheaper than the street-word search)
+            return []  # a C-level scan, cheaper than the street-word search
+        return self.find_prefiltered(text, lowered)
+
+    def find_prefiltered(self, text: str, lowered: str) -> list[Finding]:
+        """`find` for a caller that already checked the text holds a digit (the engine's pre-filter)."""
         if len(lowered) != len(text):
             lowered = "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
         try:

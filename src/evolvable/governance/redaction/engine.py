@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -109,6 +110,14 @@ def resolve_overlaps(findings: list[Finding]) -> list[Finding]:
     """Keeps the highest-priority (then longest) finding of each overlapping group, in text order (O(n log n))."""
     if len(findings) <= 1:
         return findings
+    ordered = sorted(findings)  # by start, then end: the tuples' own order
+    previous_end = 0
+    for start, end, _, _ in ordered:
+        if start < previous_end or start >= end:
+            break  # an overlap (or an empty span): rank them
+        previous_end = end
+    else:
+        return ordered  # the common case: nothing overlaps, every finding is kept
     ranked = sorted(findings, key=lambda f: (-f.priority, f.start - f.end, f.start))
     starts: list[int] = []  # kept findings, sorted by start; they never overlap each other
     kept: list[Finding] = []
@@ -330,13 +339,18 @@ class _FindingsCache:
 _Runner = tuple[Recognizer, Callable[[str, str], Iterable[Finding]]]
 
 
+_DIGIT = re.compile(r"\d")
+
+
 class _KeywordPlan:
     """The gitleaks-style pre-filter: which recognizers can match a text, decided by one C multi-keyword search.
 
     Each distinct keyword sets the bit of each recognizer listing it: case-sensitive keywords (`exact_keywords`)
     must occur in the text, the others (`keywords`) in its lower-cased copy. A recognizer none of whose keywords
-    occurs cannot match, so it does not run. The recognizers to run for each combination of hits are computed
-    once and kept.
+    occurs cannot match, so it does not run. A recognizer with `requires_digit` (every finding of it holds a `\\d`
+    character: numbers, IBANs, house numbers) runs only on a text with one, decided by one C regex search shared
+    by all of them (most prose has no digit, and each of them would test that, or scan for runs, on its own).
+    The recognizers to run for each combination of hits are computed once and kept.
     """
 
     _MAX_COMBINATIONS = 4096
@@ -346,6 +360,7 @@ class _KeywordPlan:
         exact: dict[str, int] = {}
         lower: dict[str, int] = {}
         self._entries: list[tuple[_Runner, int]] = []
+        self._digit_bit = 1 << (2 * n)
         for i, r in enumerate(recognizers):
             exact_keywords = tuple(getattr(r, "exact_keywords", ()))
             lower_keywords = tuple(getattr(r, "keywords", ()))
@@ -356,14 +371,19 @@ class _KeywordPlan:
             # a recognizer's own keyword checks would repeat the ones done here
             find = getattr(r, "find_prefiltered", r.find)
             need = (1 << i if exact_keywords else 0) | (1 << (n + i) if lower_keywords else 0)
+            if getattr(r, "requires_digit", False):
+                need |= self._digit_bit
             self._entries.append(((r, find), need))
         self.keywords = _KeywordSearch(exact, lower)
         self._bits = self.keywords.bits
+        self._digit_search = _DIGIT.search if any(need & self._digit_bit for _, need in self._entries) else None
         self._runners: dict[int, tuple[_Runner, ...]] = {}
 
     def runners(self, text: str, lowered: str) -> tuple[_Runner, ...]:
         """The recognizers to run on `text`, in their configured order (overlap ties are broken by it)."""
         hits = self._bits(text, lowered)
+        if self._digit_search is not None and self._digit_search(text) is not None:
+            hits |= self._digit_bit
         found = self._runners.get(hits)
         if found is None:
             if len(self._runners) >= self._MAX_COMBINATIONS:

@@ -36,6 +36,9 @@ from evolvable.governance.redaction.findings import Finding
 _WORD = re.compile(
     r"[A-ZÀ-ÖØ-ÞĀ-ɏḀ-ỿ](?<!(?<!\\)[^\W_][A-ZÀ-ÖØ-ÞĀ-ɏḀ-ỿ])[a-zß-öø-ÿā-ɏḁ-ỿ'’][^\W\d_]*(?:['’\-][^\W\d_]+)*"
 )  # not inside a word (`GitHub`), except right after a JSON escape (`\nMaria`); a lower-case letter second
+# `_WORD` as one group: `split` yields [gap, word, gap, word, ..., gap], the words `findall` finds and the text
+# between them, so one C pass serves both the all-dictionary-words test and the positions of the words
+_WORD_SPLIT = re.compile("(" + _WORD.pattern + ")")
 _PARTICLES = frozenset(
     "van von der den de del della di da das dos du la le bin ibn al el ter ten zu y e".split()  # noqa: SIM905
 )  # fmt: skip
@@ -74,6 +77,7 @@ _STRONG_PHRASES = (
     "dear", "my name is", "name is", "signed", "attn", "attention", "named him", "named her", "named them",
     "last name?", "first name?", "surname?", "called him", "called her", "call me",
 )  # fmt: skip
+_PHRASES = _STRONG_PHRASES + _SALUTATIONS + _WEAK
 
 
 def _ends_with_word(text: str, words: tuple[str, ...]) -> bool:
@@ -100,9 +104,12 @@ def context_before(before: str) -> int:
     bare = tail.rstrip("\"'\\ ")
     if bare.endswith((":", "=")) and _ends_with_word(bare[:-1].rstrip("\"'\\ "), _FIELDS):
         return _STRONG_CONTEXT  # `"customer_name": "`, `assignee=`
-    if _ends_with_word(tail.rstrip("."), _TITLES) or _ends_with_word(tail.rstrip(",:"), _STRONG_PHRASES):
-        return _STRONG_CONTEXT
+    titled = tail.rstrip(".")
     words = tail.rstrip(",:")
+    if not titled.endswith(_TITLES) and not words.endswith(_PHRASES):
+        return _NONE  # the common case, by two C calls: no title, no phrase of any kind ends the text
+    if _ends_with_word(titled, _TITLES) or _ends_with_word(words, _STRONG_PHRASES):
+        return _STRONG_CONTEXT
     if _ends_with_word(words, _SALUTATIONS):
         return _SALUTE_CONTEXT
     return _WEAK_CONTEXT if _ends_with_word(words, _WEAK) else _NONE
@@ -221,8 +228,8 @@ class NameRecognizer:
         return code
 
     def find(self, text: str, lowered: str) -> Iterable[Finding]:
-        words = _WORD.findall(text)
-        if not words or self._plain.issuperset(words):
+        parts = _WORD_SPLIT.split(text)
+        if len(parts) == 1 or self._plain.issuperset(parts[1::2]):
             return []  # the common case: every capitalised word is a dictionary word (one C-level set test)
         codes = self._codes
         out: list[Finding] = []
@@ -230,13 +237,17 @@ class NameRecognizer:
         lead = -1  # start of a dictionary word joined right before the run (`New` York, `Please` Maria)
         zero_start = zero_end = -2  # the last dictionary word seen
         code_of = self._code
-        for m in _WORD.finditer(text):
-            start, end = m.span()
-            if not text[start].isupper():
+        pieces = iter(parts)
+        pos = len(next(pieces))  # the text before the first word
+        for word, gap in zip(pieces, pieces, strict=True):  # each word and the text up to the next one
+            start = pos
+            end = start + len(word)
+            pos = end + len(gap)
+            if not word[0].isupper():
                 continue
-            code = codes.get(text[start:end])
+            code = codes.get(word)
             if code is None:
-                code = code_of(text[start:end])
+                code = code_of(word)
             if code <= 1:  # a dictionary word, or no name shape: ends the run
                 if group:
                     cut = code >= 0 and _joins(text, group[-1][1], start)
@@ -253,18 +264,13 @@ class NameRecognizer:
             group.append((start, end, code))
         if group:
             self._close(text, group, lead, -1, out)
-        return self._mentions(text, out) if out else out
+        # the common case: each word of each name occurs once, and the names found are all there is
+        return self._mentions(text, out) if out and _word_repeated(text, out) else out
 
     def _mentions(self, text: str, out: list[Finding]) -> list[Finding]:
         """A name found once is a name wherever else its words stand capitalised in the text (`Felicia Eriksson
         ... Eriksson's song`, `Mineko had given Mineko`): each word of a found name that is no dictionary word,
-        or is a known name, is found again."""
-        if all(
-            text.count(w.removesuffix("'s").removesuffix("’s")) < 2
-            for f in out
-            for w in text[f.start : f.end].split(" ")
-        ):
-            return out  # the common case: each word of each name occurs once (C-level counts)
+        or is a known name, is found again (called only when a word of a name occurs twice: `_word_repeated`)."""
         code_of = self._code
         words = {
             word.removesuffix("'s").removesuffix("’s")
@@ -319,6 +325,15 @@ class NameRecognizer:
                 out.append(Finding(start, end, self.kind, self.priority))  # `Hi Rose,`
         elif context == _WEAK_CONTEXT and cut < 0 and not code & 1:
             out.append(Finding(start, end, self.kind, self.priority))  # `talked to Zsigmond` (no known word)
+
+
+def _word_repeated(text: str, out: list[Finding]) -> bool:
+    """Whether a word of a found name (less a possessive `'s`) occurs twice in the text (C-level counts)."""
+    for start, end, _, _ in out:
+        for word in text[start:end].split(" "):
+            if text.count(word.removesuffix("'s").removesuffix("’s")) >= 2:
+                return True
+    return False
 
 
 def _name_shaped(word: str) -> bool:

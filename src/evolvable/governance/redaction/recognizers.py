@@ -57,6 +57,8 @@ class RegexRecognizer:
     """Where matches can begin, in order, found faster than the regex engine would scan for them (None: scan as
     usual). Each is matched in place, skipping those inside an earlier match: the `finditer` result, provided every
     position where a match can begin is listed."""
+    requires_digit: bool = False
+    """Every match holds a `\\d` character: the engine skips the recognizer on a text without one."""
     _ignorecase: re.Pattern[str] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -141,6 +143,7 @@ class NumberRecognizer:
     IPv4 address three dots), which is several times faster than one full-text pass per pattern."""
 
     kind = "NUMBERS"
+    requires_digit = True  # every run ends with a digit: the engine skips texts without one
 
     def __init__(
         self,
@@ -504,7 +507,7 @@ def pii_recognizers() -> list[Recognizer]:
     return [
         EmailRecognizer(),
         NumberRecognizer(numbers[0], numbers[1], numbers[2], numbers[3], numbers[4], national=NationalPhoneChecker()),
-        RegexRecognizer("IBAN", _IBAN, validate=_iban, priority=60, gate=_may_hold_iban),
+        RegexRecognizer("IBAN", _IBAN, validate=_iban, priority=60, gate=_may_hold_iban, requires_digit=True),
         RegexRecognizer(
             "SSN",
             _SSN_CONTEXT,
