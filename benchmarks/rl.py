@@ -386,8 +386,10 @@ def main() -> None:
             shared = SharedRound(
                 run, stack, db_url, workdir, train_rounds[0], validation, holdout, safety, before, safety_before
             )
-            reports = {name: _run_arm(args, name, overrides, shared, console) for name, overrides in args.arm}
-            _write_arms(args, reports, phases, started, cpu_started, console)
+            reports: dict[str, dict[str, Any]] = {}
+            for name, overrides in args.arm:  # written after each arm: a later arm's failure keeps the others
+                reports[name] = _run_arm(args, name, overrides, shared, console)
+                _write_arms(args, reports, phases, started, cpu_started, console)
             return
         for r, train_tasks in enumerate(train_rounds):
             if rounds:
