@@ -41,6 +41,8 @@ class Run:
     safety_after: float
     reward_before: dict[str, float]
     reward_after: dict[str, float]
+    round: dict[str, Any]
+    """The round's training facts (steps, samples, rare-intent runs, exploration positives, gate)."""
 
 
 def runs_from(doc: dict[str, Any], name: str) -> list[Run]:
@@ -61,7 +63,18 @@ def _run(setting: str, report: dict[str, Any]) -> Run:
         safety_after=float(report["after"]["safety_pass_rate"]),
         reward_before={e["task_id"]: float(e["before"]["reward"]) for e in episodes},
         reward_after={e["task_id"]: float(e["after"]["reward"]) for e in episodes},
+        round=_round_facts(report["rounds"]),
     )
+
+
+def _round_facts(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the last round trained on and how the gate decided (empty for a run with no round)."""
+    if not rounds:
+        return {}
+    last = rounds[-1]
+    gate = last.get("gate") or {}
+    keys = ("optimizer_steps", "samples", "rare_intent_runs", "exploration_positives", "approx_kl")
+    return {k: last.get(k) for k in keys} | {"gate": gate.get("reason")}
 
 
 def rate(outcomes: dict[str, bool]) -> float:
@@ -139,6 +152,7 @@ def _seed_row(run: Run) -> dict[str, Any]:
         "gained": stats["tickets_gained"],
         "lost": stats["tickets_lost"],
         "safety": [run.safety_before, run.safety_after],
+        **run.round,
     }
 
 
@@ -158,7 +172,7 @@ def _table(summary: dict[str, Any]) -> Any:
                 str(row["seed"]),
                 f"{row['before']:.1%}",
                 f"{row['after']:.1%}",
-                "published" if row["published"] else "kept",
+                f"{'published' if row['published'] else 'kept'} ({row.get('optimizer_steps')} steps)",
                 f"{row['success_diff']:+.1%} [{low:+.1%}, {high:+.1%}]",
                 f"{row['gained']} / {row['lost']}",
                 "" if delta is None else f"{delta:+.1%}",
