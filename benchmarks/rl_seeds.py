@@ -7,6 +7,7 @@ interval on the per-seed differences), whether any seed ended below the served p
 effect against the baseline setting on the same seed and tickets (after vs after, paired).
 
     python benchmarks/rl_seeds.py benchmarks/results/rl_arms_s*.json --baseline base
+    python benchmarks/rl_seeds.py base=benchmarks/results/rl.json base=benchmarks/results/rl_seed1.json ...
 
 Writes benchmarks/results/rl_seeds.json and prints a Rich table.
 """
@@ -199,17 +200,24 @@ def _table(summary: dict[str, Any]) -> Any:
     return table
 
 
+def _named(text: str) -> tuple[str, Path]:
+    """SETTING=PATH names a single run's setting; a bare PATH is `single` (an --arm run names its own)."""
+    name, sep, path = text.partition("=")
+    return (name, Path(path)) if sep else ("single", Path(text))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("runs", nargs="+", help="rl.py JSONs (single runs or --arm runs)")
+    parser.add_argument("runs", nargs="+", help="rl.py JSONs: --arm runs, or [SETTING=]PATH of single runs")
     parser.add_argument("--baseline", default="base", help="the setting each idea is compared against")
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args(argv)
 
     from rich.console import Console
 
-    runs = [run for path in args.runs for run in runs_from(json.loads(Path(path).read_text()), Path(path).stem)]
-    summary = summarize(runs, args.baseline) | {"files": [Path(p).name for p in args.runs]}
+    named = [_named(text) for text in args.runs]
+    runs = [run for name, path in named for run in runs_from(json.loads(path.read_text()), name)]
+    summary = summarize(runs, args.baseline) | {"files": [path.name for _, path in named]}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(summary, indent=2))
