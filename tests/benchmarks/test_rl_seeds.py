@@ -103,3 +103,12 @@ def test_runs_on_different_tickets_are_refused(seeds: ModuleType) -> None:
     runs = a + seeds.runs_from({"arms": {"kl": b}}, "y")
     with pytest.raises(ValueError, match="different holdout tickets"):
         seeds.summarize(runs, "base")
+
+
+def test_single_runs_are_named_on_the_command_line(seeds: ModuleType) -> None:
+    assert seeds._named("base=results/rl.json") == ("base", Path("results/rl.json"))
+    assert seeds._named("results/rl.json") == ("single", Path("results/rl.json"))
+    single = report(2, [True], [True])
+    assert [r.setting for r in seeds.runs_from(single, "base")] == ["base"]
+    single["config"]["arm"] = "kl"  # an arm's report keeps its own name
+    assert [r.setting for r in seeds.runs_from(single, "base")] == ["kl"]
