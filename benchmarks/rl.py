@@ -163,6 +163,37 @@ def paired_stats(
     }
 
 
+ARM_KEYS = (
+    "kl_coef",
+    "grad_accum",
+    "rare_boost",
+    "rare_threshold",
+    "exploration_positives",
+    "lr",
+    "epochs",
+    "negative_scale",
+    "process_coef",
+)
+"""The settings an arm may change: the trainer's and the round's extra data, never the shared evaluation."""
+
+
+def _arm(text: str) -> tuple[str, dict[str, Any]]:
+    """NAME or NAME:KEY=VALUE,KEY=VALUE (values parsed as JSON) -> (name, overrides)."""
+    name, _, settings = text.partition(":")
+    overrides: dict[str, Any] = {}
+    for item in filter(None, settings.split(",")):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise argparse.ArgumentTypeError(f"{item!r}: expected KEY=VALUE")
+        try:
+            overrides[key.strip().replace("-", "_")] = json.loads(value)
+        except json.JSONDecodeError:
+            overrides[key.strip().replace("-", "_")] = value
+    if not name or not name.replace("-", "").replace("_", "").isalnum():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME[:KEY=VALUE,...] with NAME of [A-Za-z0-9_-]")
+    return name, overrides
+
+
 def _parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--harness", choices=("memory", "default", "weak"), default="memory")
@@ -237,6 +268,15 @@ def _parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="run each train ticket once more under the memory lever's harness with this many verified worked "
         "examples, and add only its verified, safe successes to the training set (0: off)",
     )
+    parser.add_argument(
+        "--arm",
+        type=_arm,
+        action="append",
+        default=None,
+        help="NAME or NAME:KEY=VALUE,... (rl.py settings, e.g. kl:kl_coef=0.01): run several settings of one "
+        "round in one process on the same seed; they share the base evaluation, the rollouts and the served "
+        "policy's validation score, so each arm costs only its own data, training, gate and evaluation",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout-s", type=float, default=3600.0, help="per model call (a shared CPU is slow)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the pipeline, proves nothing")
@@ -248,6 +288,11 @@ def _parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.validation = min(args.validation, 6)
     if args.validation < 0:
         parser.error("--validation must be >= 0")
+    if args.arm and (args.rounds != 1 or args.greedy_anchors):
+        parser.error("--arm runs one round without greedy anchors")
+    for _, overrides in args.arm or []:
+        if unknown := sorted(set(overrides) - set(ARM_KEYS)):
+            parser.error(f"--arm: unknown settings {unknown} (allowed: {', '.join(ARM_KEYS)})")
     for name in ("rare_boost", "exploration_positives", "grad_accum"):
         if getattr(args, name) < (1 if name == "grad_accum" else 0):
             parser.error(f"--{name.replace('_', '-')} must be >= {1 if name == 'grad_accum' else 0}")
@@ -337,6 +382,15 @@ def main() -> None:
 
         serving, adapter, baselines = base_name, None, None
         db_url = f"sqlite:///{workdir / 'store.db'}"
+        if args.arm:
+            shared = SharedRound(
+                run, stack, db_url, workdir, train_rounds[0], validation, holdout, safety, before, safety_before
+            )
+            reports: dict[str, dict[str, Any]] = {}
+            for name, overrides in args.arm:  # written after each arm: a later arm's failure keeps the others
+                reports[name] = _run_arm(args, name, overrides, shared, console)
+                _write_arms(args, reports, phases, started, cpu_started, console)
+            return
         for r, train_tasks in enumerate(train_rounds):
             if rounds:
                 # A further round must leave time for the final evaluation (adapters serve a bit slower).
@@ -478,10 +532,227 @@ def main() -> None:
     console.print(f"wrote {out}")
 
 
-def _gate(run, validation, stack, serving, result, points: int, round_no: int) -> tuple[dict[str, Any], str | None]:
+@dataclasses.dataclass
+class SharedRound:
+    """What the arms of one round share on one seed: the stack, the tickets, the base policy's holdout
+    and safety results, its rollouts (sampling is seeded per episode, so one recording serves every arm)
+    and its validation outcomes. Each arm adds only its own data, training, gate and evaluation."""
+
+    run: Any
+    stack: Any
+    db_url: str
+    workdir: Path
+    train_tasks: list[Any]
+    validation: list[Any]
+    holdout: list[Any]
+    safety: list[Any]
+    before: Any
+    safety_before: Any
+    rollouts: Any = None
+    rollout_s: float = 0.0
+    served_validation: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+BASE_POLICY = "smollm2-135m"
+
+
+def _shared_rollouts(args: argparse.Namespace, shared: SharedRound) -> Any:
+    """The round's sampled rollouts of the base policy, recorded once (the first arm pays for them)."""
+    if shared.rollouts is None:
+        t0 = time.perf_counter()
+        shared.rollouts = shared.run(
+            "rollouts r1",
+            shared.train_tasks * args.repeats,
+            shared.stack.proxy_v1,
+            BASE_POLICY,
+            record=True,
+            temperature=args.temperature,
+            seed=args.seed * 100_000,
+        )
+        shared.rollout_s = time.perf_counter() - t0
+    return shared.rollouts
+
+
+def _arm_training_ids(args: argparse.Namespace, settings: dict[str, Any], name: str, shared: SharedRound) -> list[str]:
+    """The trajectories this arm trains on: the shared rollouts, plus its rare-intent runs and its verified
+    exploration successes (each recorded for this arm only, with the same seeds as a single run)."""
+    rollouts = _shared_rollouts(args, shared)
+    episodes = list(rollouts.episodes)
+    rates = {k: v.rate for k, v in rollouts.per_intent.items()}
+    extras = rare_cluster_extras(shared.train_tasks, rates, settings["rare_threshold"], settings["rare_boost"])
+    if extras:
+        more = shared.run(
+            f"rare-intent runs ({name})",
+            extras,
+            shared.stack.proxy_v1,
+            BASE_POLICY,
+            record=True,
+            temperature=args.temperature,
+            seed=args.seed * 100_000 + 500,
+        )
+        episodes += more.episodes
+    positives: list[str] = []
+    if settings["exploration_positives"]:
+        explored = shared.run(
+            f"exploration ({name})",
+            shared.train_tasks,
+            shared.stack.proxy_v1,
+            BASE_POLICY,
+            with_harness=exploration_harness(settings, settings["exploration_positives"]),
+            record=True,
+        )
+        positives = verified_positive_ids(explored.episodes)
+    settings["_rare_intent_runs"], settings["_exploration_positives"] = len(extras), len(positives)
+    shared.stack.flush()
+    return [e.session_id for e in episodes if e.session_id] + positives
+
+
+def _run_arm(
+    args: argparse.Namespace, name: str, overrides: dict[str, Any], shared: SharedRound, console: Any
+) -> dict[str, Any]:
+    """One setting of the round on the shared data: train, gate, publish or keep, measure. Returns the
+    report rl.py writes for a single run, with `after_remeasured` false when the gate kept the base
+    policy (its holdout result is then the base run's, which is what stays served)."""
+    from evolvable.store import TrajectoryFilter
+    from evolvable.trainer.config import RLConfig
+    from evolvable.trainer.loop import run_training_job
+    from evolvable.trainer.publish import manifest_for, publish
+    from evolvable.trainer.samples import StoreSource
+    from evolvable.workloads.support_desk.harnesses import AGENT_NAME
+
+    arm_start = time.perf_counter()
+    settings = {**vars(args), **overrides, "arm": name}
+    training_ids = _arm_training_ids(args, settings, name, shared)
+    extras, positives = settings.pop("_rare_intent_runs"), settings.pop("_exploration_positives")
+    config = RLConfig(
+        **{
+            **trainer_settings(settings),
+            "seed": args.seed,
+            "output_dir": str(shared.workdir / f"arm-{name}"),
+            "snapshot_interval": 1 if shared.validation else 0,
+        }
+    )
+    t0 = time.perf_counter()
+    result = run_training_job(config, StoreSource(shared.db_url, TrajectoryFilter(agent=AGENT_NAME, ids=training_ids)))
+    train_s = time.perf_counter() - t0
+    console.print(
+        f"{name}: {result.sample_stats['samples']} samples, {result.optimizer_steps} steps in {train_s:.0f} s"
+    )
+    gate, chosen = None, None
+    if result.adapter_dir is not None and shared.validation:
+        gate, chosen_dir = _gate(
+            shared.run,
+            shared.validation,
+            shared.stack,
+            BASE_POLICY,
+            result,
+            args.gate_points,
+            1,
+            prefix=f"rl-{name}",
+            served_cache=shared.served_validation,
+        )
+        chosen = None if chosen_dir is None else dataclasses.replace(result, adapter_dir=chosen_dir)
+    elif result.adapter_dir is not None:
+        chosen = result
+    after, safety_after, serving = shared.before, shared.safety_before, BASE_POLICY
+    if chosen is not None:
+        serving = f"rl-{name}"
+        publish(
+            chosen.adapter_dir,
+            manifest_for(chosen, agent=AGENT_NAME, lora_name=serving),
+            servers=[shared.stack.policy_server.url],
+        )
+        after = shared.run(f"holdout ({serving})", shared.holdout, shared.stack.policy_v1, serving, record=False)
+        safety_after = shared.run(f"safety ({serving})", shared.safety, shared.stack.policy_v1, serving, record=False)
+    rollouts = shared.rollouts
+    round_row = {
+        "round": 1,
+        "policy": serving,
+        "rollouts": len(rollouts.episodes),
+        "distinct_tickets": len(shared.train_tasks),
+        "rollout_success": rollouts.overall.rate,
+        "rollout_mean_reward": rollouts.overall.mean_reward,
+        "rollout_per_intent": {k: v.rate for k, v in rollouts.per_intent.items()},
+        "greedy_anchor_success": None,
+        "rare_intent_runs": extras,
+        "exploration_positives": positives,
+        "rollout_s": shared.rollout_s,
+        "train_s": train_s,
+        "round_s": time.perf_counter() - arm_start,
+        "samples": result.sample_stats["samples"],
+        "tokens": result.sample_stats["tokens"],
+        "excluded": result.sample_stats["excluded"],
+        "generated_tokens": result.sample_stats["generated_tokens"],
+        "optimizer_steps": result.optimizer_steps,
+        "trainer_tokens_per_s": result.metrics.get("tokens_per_s", 0.0),
+        "clip_fraction": result.metrics.get("clip_fraction_mean"),
+        "approx_kl": result.metrics.get("approx_kl_mean"),
+        "gate": gate,
+        "published": chosen is not None,
+    }
+    report = _report(
+        argparse.Namespace(**settings),
+        shared.before,
+        after,
+        shared.safety_before,
+        safety_after,
+        [round_row],
+        [],
+        serving,
+    )
+    report |= {"arm": name, "arm_overrides": overrides, "after_remeasured": chosen is not None}
+    report["arm_s"] = time.perf_counter() - arm_start
+    low, high = report["success_diff_ci95_paired"]
+    console.print(
+        f"{name}: {report['before']['holdout']['rate']:.1%} -> {report['after']['holdout']['rate']:.1%}, "
+        f"{report['success_diff']:+.1%} [{low:+.1%}, {high:+.1%}], "
+        f"{'published' if chosen is not None else 'gate kept the base policy'}, arm {report['arm_s']:.0f} s",
+        highlight=False,
+    )
+    return report
+
+
+def _write_arms(
+    args: argparse.Namespace,
+    reports: dict[str, dict[str, Any]],
+    phases: dict[str, float],
+    started: float,
+    cpu_started: float,
+    console: Any,
+) -> None:
+    """One JSON for the seed: every arm's report (rl.py's single-run format) and the shared costs."""
+    import torch
+
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "seed": args.seed,
+        "arms": reports,
+        "device": "cuda" if torch.cuda.is_available() else f"cpu ({torch.get_num_threads()} threads)",
+        "phases_s": phases,
+        "total_s": time.perf_counter() - started,
+        "process_cpu_s": time.process_time() - cpu_started,
+        "loadavg_end": list(os.getloadavg()),
+    }
+    out.write_text(json.dumps(doc, indent=2, default=str))
+    console.print(f"wrote {out} ({doc['total_s'] / 60:.1f} min, process CPU {doc['process_cpu_s'] / 60:.1f} min)")
+
+
+def _gate(
+    run,
+    validation,
+    stack,
+    serving,
+    result,
+    points: int,
+    round_no: int,
+    prefix: str = "rl",
+    served_cache: dict[str, Any] | None = None,
+) -> tuple[dict[str, Any], str | None]:
     """Pick the step of the job to publish, on validation tickets the job never trained on: the
     product's weights-lever rule (`evolvable.control.snapshot_gate`). Returns the verdict and the
-    chosen adapter (None: the round publishes nothing and the served policy stays)."""
+    chosen adapter (None: the round publishes nothing and the served policy stays). `served_cache`
+    keeps the served policy's validation outcomes for the next arm of the same round (greedy: the same)."""
     from evolvable.control.gates import TaskOutcome
     from evolvable.control.snapshot_gate import SnapshotGateConfig, gate_snapshots
     from evolvable.trainer.publish import load_lora
@@ -490,13 +761,18 @@ def _gate(run, validation, stack, serving, result, points: int, round_no: int) -
 
     def evaluate(adapter: str | None) -> list[TaskOutcome]:
         if adapter is None:
+            if served_cache is not None and serving in served_cache:
+                return list(served_cache[serving])
             name, label = serving, f"validation ({serving})"
         else:
             step = next(s for s, path in snapshots.items() if path == adapter)
-            name, label = f"rl-round{round_no}-step{step}", f"validation (step {step})"
+            name, label = f"{prefix}-round{round_no}-step{step}", f"validation (step {step})"
             load_lora(stack.policy_server.url, name, str(Path(adapter).resolve()))
         report = run(label, validation, stack.policy_v1, name, record=False)
-        return [TaskOutcome(task_id=e.task_id, cluster=e.intent, success=e.success) for e in report.episodes]
+        outcomes = [TaskOutcome(task_id=e.task_id, cluster=e.intent, success=e.success) for e in report.episodes]
+        if adapter is None and served_cache is not None:
+            served_cache[serving] = outcomes
+        return outcomes
 
     verdict = gate_snapshots(evaluate, snapshots, result.optimizer_steps, SnapshotGateConfig(points=points))
     chosen = verdict.chosen_step

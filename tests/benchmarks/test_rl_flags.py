@@ -6,6 +6,7 @@ round's training set; the multi-seed runs themselves are too slow for CI."""
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
@@ -22,6 +23,7 @@ def rl() -> ModuleType:
     spec = importlib.util.spec_from_file_location("benchmarks_rl", RL_PY)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses resolve their module
     spec.loader.exec_module(module)
     return module
 
