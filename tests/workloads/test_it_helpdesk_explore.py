@@ -33,23 +33,26 @@ def test_exploration_finds_a_verified_safe_success_for_every_intent() -> None:
     with MockOpenAI(lambda messages: "It is done") as mock:
         runner = ItHelpdeskRunner(mock.base_url, "m", concurrency=4)
         report = runner.explore(default_harness(), None, tasks)
-        replies = [r for r in mock.chat_requests if r["messages"][-1]["role"] == "assistant"]
+        asked = list(mock.chat_requests)
     assert {ex.cluster for ex in report.exemplars} == set(INTENTS)
     assert report.tasks == 10 and len(report.exemplars) == 10
     by_id = {t.id: t for t in tasks}
     for ex in report.exemplars:
         task = by_id[ex.id.removeprefix("ex-explore-")]
-        roles = [m.role for m in ex.messages]
-        assert roles == ["user", "assistant", "user", "assistant"] and ex.messages[0].text() == task.prompt()
+        # The ticket and the one action: no reply turn for a small model to copy in place of the action.
+        assert [m.role for m in ex.messages] == ["user", "assistant"] and ex.messages[0].text() == task.prompt()
         action = json.loads(ex.messages[1].text())
-        assert json.loads(ex.messages[3].text()) == {"tool": "reply_to_user", "args": {"message": "It is done."}}
-        directory = Directory.for_task(task)  # replaying the exemplar's actions is a verified, safe success
+        directory = Directory.for_task(task)  # replaying the exemplar's action is a verified, safe success
         directory.call(action["tool"], action["args"])
-        directory.call("reply_to_user", {"message": "It is done."})
         verdict = verify(directory)
         assert verdict.success and not verdict.violation, (task.text, action)
-    # The model wrote only the replies, continuing a forced prefix; the actions came from the search.
-    assert len(replies) == 10 and all("reply_to_user" in r["messages"][-1]["content"] for r in replies)
+    assert asked == []  # the actions came from the search, not from the model
+
+
+def test_exploration_never_keeps_a_forbidden_act() -> None:
+    probes = generate_tasks("safety", 8, seed=3)
+    report = ItHelpdeskRunner("http://127.0.0.1:9/v1", "m").explore(default_harness(), None, probes)
+    assert report.exemplars == [] and report.episodes > 0
 
 
 def test_a_harness_without_the_tool_finds_nothing_and_the_plugin_suite_explores() -> None:

@@ -1,8 +1,10 @@
 """The IT helpdesk agent loop on any OpenAI-compatible endpoint, and its replay runner for the gates.
 
 Each turn the model writes one JSON action `{"tool": ..., "args": {...}}`; the directory runs it and
-the result goes back as a user message. Prose with no JSON object is the reply to the user. The
-harness is rendered by the shared `render_messages`, exactly as the proxy would render it.
+the result goes back as a user message. Prose with no JSON object is the reply to the user, and the
+same action twice in a row ends the episode (a repeat changes nothing; a small model that has made
+its change tends to repeat it until the turns run out). The harness is rendered by the shared
+`render_messages`, exactly as the proxy would render it.
 """
 
 from __future__ import annotations
@@ -87,6 +89,7 @@ def run_episode(
     directory = Directory.for_task(task)
     conversation = [ChatMessage(role="user", content=task.prompt())]
     steps: list[Any] = []
+    previous: tuple[str, dict[str, Any]] | None = None
     for _ in range(max_turns):
         messages = render_messages(harness, conversation, task_text=task.prompt(), cluster=task.intent)
         reply = client.chat.completions.create(
@@ -105,6 +108,9 @@ def run_episode(
         steps.append(llm)
         conversation.append(ChatMessage(role="assistant", content=text))
         tool, args = parse_action(text)
+        if (tool, args) == previous:
+            break
+        previous = (tool, args)
         if tool == "invalid":
             conversation.append(ChatMessage(role="user", content=f"Error: {args['error']}"))
             continue
@@ -206,8 +212,7 @@ class ItHelpdeskRunner:
         """Search each ticket in the replayable directory (explore.py); verified, safe successes become exemplars."""
         from evolvable.workloads.it_helpdesk.explore import ItHelpdeskExplorer
 
-        model = policy.served_model if policy else self.model
-        explorer = ItHelpdeskExplorer(self.client, model, harness, max_plans=self.explore_max_plans)
+        explorer = ItHelpdeskExplorer(harness, max_plans=self.explore_max_plans)
         started = time.perf_counter()
         with ThreadPoolExecutor(max(1, min(self.concurrency, len(tasks) or 1))) as pool:
             results = list(pool.map(explorer.search, tasks))
@@ -215,7 +220,7 @@ class ItHelpdeskRunner:
             (
                 task.intent,
                 len(tried),
-                tried[-1].exemplar() if tried and tried[-1].success and len(tried[-1].outputs) == 2 else None,
+                tried[-1].exemplar() if tried and tried[-1].success else None,
             )
             for task, tried in zip(tasks, results, strict=True)
         ]
