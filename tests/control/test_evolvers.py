@@ -50,10 +50,16 @@ def test_exemplar_is_the_episode_without_system_prompt_or_injected_exemplars() -
     assert [m.role for m in ex.messages] == ["user", "assistant", "user", "assistant"]
     assert ex.messages[0].content == "where is A-1?" and ex.messages[-1].content == "Your order has shipped."
     assert ex.source_trajectory_id == t.id and ex.reward == 1.0
-    # Rendering the exemplar through the shared render_messages puts it before the live conversation.
+    # Rendering the exemplar through the shared render_messages puts it before the live conversation, up to
+    # the step the conversation is at: its first action on the first turn, all of it on the second.
     harness = base_harness().model_copy(update={"memory": [ex], "memory_k": 1})
-    msgs = render_messages(harness, [ChatMessage(role="user", content="where is A-2?")], cluster="refund")
-    assert [m.role for m in msgs] == ["system", "user", "assistant", "user", "assistant", "user"]
+    live = [ChatMessage(role="user", content="where is A-2?")]
+    msgs = render_messages(harness, live, cluster="refund")
+    assert [m.role for m in msgs] == ["system", "user", "assistant", "user"]
+    live += [ChatMessage(role="assistant", content="lookup"), ChatMessage(role="user", content="Result: shipped")]
+    msgs = render_messages(harness, live, cluster="refund")
+    assert [m.role for m in msgs] == ["system", "user", "assistant", "user", "assistant", "user", "assistant", "user"]
+    assert msgs[4].content == "Your order has shipped."
 
 
 def test_memory_evolver_uses_only_clean_successful_runs(sqlite_store) -> None:

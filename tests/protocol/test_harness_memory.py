@@ -38,3 +38,27 @@ def test_an_unknown_cluster_gets_the_most_similar_of_all() -> None:
     messages = render_messages(HARNESS, [ChatMessage(role="user", content="please refund order 777 it broke")])
     assert [m.role for m in messages] == ["system", "user", "assistant", "user", "assistant", "user"]
     assert retrieve_memory(HARNESS.model_copy(update={"memory_k": 0}), "refund") == []
+
+
+def _worked(ex_id: str) -> MemoryExemplar:
+    turns = ["ticket", "act 1", "result 1", "act 2", "result 2", "answer"]
+    messages = [ChatMessage(role="user" if i % 2 == 0 else "assistant", content=t) for i, t in enumerate(turns)]
+    return MemoryExemplar(id=ex_id, cluster="c", task_input="ticket", messages=messages, reward=1.0)
+
+
+def test_an_exemplar_is_shown_up_to_the_step_the_conversation_has_reached() -> None:
+    harness = Harness(agent="a", memory=[_worked("w")], memory_k=1)
+    live = [ChatMessage(role="user", content="new ticket")]
+    shown: list[list[str]] = []
+    for reply in ("my act 1", "my act 2", "my answer"):
+        rendered = render_messages(harness, live, cluster="c")
+        shown.append([m.text() for m in rendered[1 : len(rendered) - len(live)]])
+        live += [ChatMessage(role="assistant", content=reply), ChatMessage(role="user", content="result")]
+    # The last exemplar turn shown is always the action the live conversation is about to take.
+    assert shown == [
+        ["ticket", "act 1"],
+        ["ticket", "act 1", "result 1", "act 2"],
+        ["ticket", "act 1", "result 1", "act 2", "result 2", "answer"],
+    ]
+    longer = render_messages(harness, [*live, ChatMessage(role="assistant", content="x")], cluster="c")
+    assert [m.text() for m in longer[1:7]] == ["ticket", "act 1", "result 1", "act 2", "result 2", "answer"]

@@ -114,15 +114,39 @@ def render_system_prompt(harness: Harness, cluster: str | None = None) -> str:
     return "\n\n".join(parts)
 
 
+def exemplar_up_to_step(exemplar: MemoryExemplar, step: int) -> list[ChatMessage]:
+    """The exemplar's turns up to and including its assistant turn number `step` (0-based); all of them
+    when it has no such turn.
+
+    A small model copies the most recent assistant turn it was shown, whatever the user turn that
+    follows. An exemplar shown whole ends with its final answer, so on the first turn of a new task the
+    model writes that answer and skips the work before it (measured on the support desk: 0 of 12 tickets
+    that need a lookup, a reset or an update before the reply did the work, with exemplars of their own
+    kind). Cut at the step the conversation has reached, the last assistant turn shown is the one to
+    take now.
+    """
+    seen = 0
+    for i, message in enumerate(exemplar.messages):
+        if message.role == "assistant":
+            if seen == step:
+                return exemplar.messages[: i + 1]
+            seen += 1
+    return list(exemplar.messages)
+
+
 def render_messages(
     harness: Harness, conversation: list[ChatMessage], task_text: str | None = None, cluster: str | None = None
 ) -> list[ChatMessage]:
     """Apply the harness to a conversation: one system message, retrieved exemplars, then the
-    conversation without its own system messages (the harness owns the system prompt)."""
+    conversation without its own system messages (the harness owns the system prompt).
+
+    Each exemplar is shown up to the step the conversation has reached (`exemplar_up_to_step`): as many
+    assistant turns as the conversation has, plus the one to take next."""
     if task_text is None:
         task_text = next((m.text() for m in conversation if m.role == "user"), "")
+    step = sum(1 for m in conversation if m.role == "assistant")
     out = [ChatMessage(role="system", content=render_system_prompt(harness, cluster))]
     for ex in retrieve_memory(harness, task_text, cluster):
-        out.extend(ex.messages)
+        out.extend(exemplar_up_to_step(ex, step))
     out.extend(m for m in conversation if m.role not in ("system", "developer"))
     return out
