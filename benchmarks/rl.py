@@ -177,7 +177,7 @@ ARM_KEYS = (
 """The settings an arm may change: the trainer's and the round's extra data, never the shared evaluation."""
 
 
-def _arm(text: str) -> tuple[str, dict[str, Any]]:
+def named_overrides(text: str) -> tuple[str, dict[str, Any]]:
     """NAME or NAME:KEY=VALUE,KEY=VALUE (values parsed as JSON) -> (name, overrides)."""
     name, _, settings = text.partition(":")
     overrides: dict[str, Any] = {}
@@ -270,7 +270,7 @@ def _parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--arm",
-        type=_arm,
+        type=named_overrides,
         action="append",
         default=None,
         help="NAME or NAME:KEY=VALUE,... (rl.py settings, e.g. kl:kl_coef=0.01): run several settings of one "

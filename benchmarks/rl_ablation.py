@@ -33,32 +33,16 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).parent))
 
-from rl import paired_stats, support_desk_harness, trainer_settings
+from rl import named_overrides, paired_stats, support_desk_harness, trainer_settings
 
 RESULTS = Path(__file__).parent / "results" / "rl_ablation.json"
-
-
-def _variant(text: str) -> tuple[str, dict[str, Any]]:
-    name, _, settings = text.partition(":")
-    overrides: dict[str, Any] = {}
-    for item in filter(None, settings.split(",")):
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise argparse.ArgumentTypeError(f"{item!r}: expected KEY=VALUE")
-        try:
-            overrides[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            overrides[key.strip()] = value
-    if not name:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME:KEY=VALUE,...")
-    return name, overrides
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run", required=True, help="the rl.py JSON of the run whose rollouts are reused")
     parser.add_argument("--workdir", required=True, help="that run's --workdir (holds store.db)")
-    parser.add_argument("--variant", type=_variant, action="append", required=True)
+    parser.add_argument("--variant", type=named_overrides, action="append", required=True)
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
     run = json.loads(Path(args.run).read_text())
