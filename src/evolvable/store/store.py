@@ -48,10 +48,11 @@ class Store:
             else:
                 with engine.connect() as conn:
                     conn.execute(sa.text("select 1"))
-        except (sa.exc.SQLAlchemyError, StoreError) as err:
+        except StoreError:  # already says what is wrong (e.g. `UnmigratedTables`)
             engine.dispose()
-            if isinstance(err, StoreError):
-                raise
+            raise
+        except sa.exc.SQLAlchemyError as err:
+            engine.dispose()
             raise StoreError(f"cannot open the store at {redacted(url)}: {err.__class__.__name__}: {err}") from err
         return cls(engine)
 
