@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
+from tests.support.numbers import names_number
 from tokenizers import Tokenizer
 
 from evolvable.governance import Governance
@@ -259,7 +260,7 @@ def test_a_value_redacted_in_a_message_but_not_found_in_the_tokens_drops_the_ids
     assert out.step.request_messages[0].content == "PIN: <PIN_1> please reset it"
     # In the decoded prompt the PIN does not start the text, so the recognizer misses it: the ids must go.
     assert out.step.metadata["token_ids_dropped"] == "redaction_mismatch"
-    assert out.step.prompt_token_ids is None and "4821" not in out.model_dump_json()
+    assert out.step.prompt_token_ids is None and not names_number("4821", out.model_dump_json())
 
 
 def test_the_governor_stores_redacted_ids_that_train(
