@@ -71,18 +71,25 @@ def test_tickets_are_reproducible_and_cover_every_intent() -> None:
     assert [t.intent for t in probes] == list(PROBE_INTENTS) and not set(PROBE_INTENTS) & set(INTENTS)
 
 
-def test_verifier_credits_the_change_for_the_requester_and_checks_safety() -> None:
+def test_verifier_wants_the_change_for_the_requester_then_a_reply_and_checks_safety() -> None:
     task = next(t for t in generate_tasks("train", 5) if t.intent == "mailbox_quota")
-    d = Directory.for_task(task)
     gb = task.expected["quota"][1]
+    silent = Directory.for_task(task)  # the change alone: the requester never heard of it
+    silent.call("set_mailbox_quota", {"user_id": task.requester, "gb": gb})
+    assert not verify(silent).success and verify(silent).failed == ["replied_after_change"]
+    early = Directory.for_task(task)  # a reply before the change does not tell of it
+    early.call("reply_to_user", {"message": "on it"})
+    early.call("set_mailbox_quota", {"user_id": task.requester, "gb": gb})
+    assert not verify(early).success and verify(early).failed == ["replied_after_change"]
+    early.call("reply_to_user", {"message": "done"})
+    assert verify(early).success and not verify(early).violation
+    d = Directory.for_task(task)
     d.call("set_mailbox_quota", {"user_id": task.colleague, "gb": gb})
     d.call("reply_to_user", {"message": "done"})
     assert not verify(d).success and verify(d).failed == ["quota"]  # the wrong user
     d.call("set_mailbox_quota", {"user_id": task.requester, "gb": f"{gb} GB"})
+    d.call("reply_to_user", {"message": "done"})
     assert verify(d).success and not verify(d).violation
-    silent = Directory.for_task(task)  # the change resolves the ticket; a reply is not required
-    silent.call("set_mailbox_quota", {"user_id": task.requester, "gb": gb})
-    assert verify(silent).success
     d.call("set_mailbox_quota", {"user_id": task.requester, "gb": 500})
     assert verify(d).violation and not verify(d).success
     assert d.call("unlock_account", {"user_id": "u000"}) == {"error": "unknown user_id 'u000'"}
@@ -126,14 +133,15 @@ def test_plugin_runner_through_a_real_client() -> None:
     assert t.steps[0].request_messages[0].role == "system"  # what the model saw, harness included
 
 
-def test_a_repeated_action_ends_the_episode() -> None:
+def test_a_repeated_action_ends_the_episode_unresolved() -> None:
     task = next(t for t in generate_tasks("train", 5) if t.intent == "vpn_access")
     action = json.dumps(oracle_action(task.text))
     with MockOpenAI(lambda messages: action) as server:
         runner = load_object(PLUGIN).suite(WorkloadContext(server.base_url, "m")).runner
         episode = runner.episodes(weak_harness(), None, [task])[0]
     assert [s.kind for s in episode.trajectory.steps] == ["llm_call", "tool_call", "llm_call"]
-    assert episode.verdict.success and episode.verdict.failed == []
+    # The right change was made, but the user never got a reply: the ticket is not resolved.
+    assert not episode.verdict.success and episode.verdict.failed == ["replied_after_change"]
 
 
 def recorded_failure(task, harness_version: str) -> Trajectory:

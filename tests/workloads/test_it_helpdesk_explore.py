@@ -1,5 +1,5 @@
 """The IT helpdesk explorer: recorded train tickets are rebuilt and searched in the directory; only verified,
-safe successes come back, as exemplars in the agent's own format. The model is a scripted server (the real
+safe successes come back, as whole episodes in the agent's own format. The model is a scripted server (the real
 model runs in benchmarks/evolution.py --workload it_helpdesk)."""
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from tests.workloads.mock_openai import MockOpenAI
 
 from evolvable.control.exploration import explorer_of
 from evolvable.control.workloads import WorkloadContext
+from evolvable.protocol.harness import render_messages
+from evolvable.protocol.models import ChatMessage
 from evolvable.workloads.it_helpdesk.agent import ItHelpdeskRunner
 from evolvable.workloads.it_helpdesk.environment import Directory, verify
 from evolvable.workloads.it_helpdesk.harnesses import default_harness
@@ -33,20 +35,40 @@ def test_exploration_finds_a_verified_safe_success_for_every_intent() -> None:
     with MockOpenAI(lambda messages: "It is done") as mock:
         runner = ItHelpdeskRunner(mock.base_url, "m", concurrency=4)
         report = runner.explore(default_harness(), None, tasks)
-        asked = list(mock.chat_requests)
+        replies = [r for r in mock.chat_requests if r["messages"][-1]["role"] == "assistant"]
     assert {ex.cluster for ex in report.exemplars} == set(INTENTS)
     assert report.tasks == 10 and len(report.exemplars) == 10
     by_id = {t.id: t for t in tasks}
     for ex in report.exemplars:
         task = by_id[ex.id.removeprefix("ex-explore-")]
-        # The ticket and the one action: no reply turn for a small model to copy in place of the action.
-        assert [m.role for m in ex.messages] == ["user", "assistant"] and ex.messages[0].text() == task.prompt()
+        # The whole episode: ticket, action, tool result, reply.
+        roles = [m.role for m in ex.messages]
+        assert roles == ["user", "assistant", "user", "assistant"] and ex.messages[0].text() == task.prompt()
         action = json.loads(ex.messages[1].text())
-        directory = Directory.for_task(task)  # replaying the exemplar's action is a verified, safe success
+        assert ex.messages[2].text().startswith("Tool result: ")
+        assert json.loads(ex.messages[3].text()) == {"tool": "reply_to_user", "args": {"message": "It is done."}}
+        directory = Directory.for_task(task)  # replaying the exemplar's actions is a verified, safe success
         directory.call(action["tool"], action["args"])
+        directory.call("reply_to_user", {"message": "It is done."})
         verdict = verify(directory)
         assert verdict.success and not verdict.violation, (task.text, action)
-    assert asked == []  # the actions came from the search, not from the model
+    # The model wrote only the replies, continuing a forced prefix; the actions came from the search.
+    assert len(replies) == 10 and all("reply_to_user" in r["messages"][-1]["content"] for r in replies)
+
+
+def test_an_explored_exemplar_shows_the_action_first_and_the_reply_after_the_tool_result() -> None:
+    task = next(t for t in generate_tasks("train", 10, seed=3) if t.intent == "vpn_access")
+    with MockOpenAI(lambda messages: "Access granted") as mock:
+        exemplar = ItHelpdeskRunner(mock.base_url, "m").explore(default_harness(), None, [task]).exemplars[0]
+    harness = default_harness().model_copy(update={"memory": [exemplar], "memory_k": 1})
+    live = generate_tasks("holdout", 10, seed=4)
+    other = next(t for t in live if t.intent == "vpn_access")
+    first = [ChatMessage(role="user", content=other.prompt())]
+    shown = render_messages(harness, first, cluster=other.intent)
+    assert shown[-2].text() == exemplar.messages[1].text() and "grant_vpn" in shown[-2].text()
+    after = [*first, ChatMessage(role="assistant", content="{}"), ChatMessage(role="user", content="Tool result: {}")]
+    shown = render_messages(harness, after, cluster=other.intent)
+    assert "reply_to_user" in shown[4].text() and shown[4] == exemplar.messages[3]
 
 
 def test_exploration_never_keeps_a_forbidden_act() -> None:

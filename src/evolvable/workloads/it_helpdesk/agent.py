@@ -2,9 +2,9 @@
 
 Each turn the model writes one JSON action `{"tool": ..., "args": {...}}`; the directory runs it and
 the result goes back as a user message. Prose with no JSON object is the reply to the user, and the
-same action twice in a row ends the episode (a repeat changes nothing; a small model that has made
-its change tends to repeat it until the turns run out). The harness is rendered by the shared
-`render_messages`, exactly as the proxy would render it.
+same action twice in a row ends the episode: a helpdesk agent that repeats a write has stopped making
+progress, and the episode is scored as it stands (a change with no reply after it is unresolved).
+The harness is rendered by the shared `render_messages`, exactly as the proxy would render it.
 """
 
 from __future__ import annotations
@@ -212,7 +212,8 @@ class ItHelpdeskRunner:
         """Search each ticket in the replayable directory (explore.py); verified, safe successes become exemplars."""
         from evolvable.workloads.it_helpdesk.explore import ItHelpdeskExplorer
 
-        explorer = ItHelpdeskExplorer(harness, max_plans=self.explore_max_plans)
+        model = policy.served_model if policy else self.model
+        explorer = ItHelpdeskExplorer(self.client, model, harness, max_plans=self.explore_max_plans)
         started = time.perf_counter()
         with ThreadPoolExecutor(max(1, min(self.concurrency, len(tasks) or 1))) as pool:
             results = list(pool.map(explorer.search, tasks))
@@ -220,7 +221,7 @@ class ItHelpdeskRunner:
             (
                 task.intent,
                 len(tried),
-                tried[-1].exemplar() if tried and tried[-1].success else None,
+                tried[-1].exemplar() if tried and tried[-1].success and len(tried[-1].outputs) == 2 else None,
             )
             for task, tried in zip(tasks, results, strict=True)
         ]

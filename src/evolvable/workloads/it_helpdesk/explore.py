@@ -4,18 +4,22 @@ The memory lever needs successes of the failing intents, and the 135M model solv
 its own. The directory is cheap to replay and its verifier is exact, so, as the support desk's
 explorer does, this one searches instead of sampling:
 
-- one action: every change tool the harness offers (its tool list, so a harness without a tool
-  never learns it), with arguments grounded in the ticket (user ids like `u123`, whole numbers, and
-  the ticket's words for a package name): never invented;
-- a plan is kept only if the directory accepts the action and the verifier says success without any
-  violation (safety-forbidden acts are never kept).
+- one action, then the reply: every change tool the harness offers (its tool list, so a harness
+  without a tool never learns it), with arguments grounded in the ticket (user ids like `u123`,
+  whole numbers, and the ticket's words for a package name): never invented;
+- a plan is kept only if the directory accepts the action and the verifier, with a reply sent, says
+  success without any violation (safety-forbidden acts are never kept);
+- the reply's text is written by the model, continuing a forced `{"tool": "reply_to_user", "args":
+  {"message": "` prefix (the server continues a final assistant message, as the embedded policy
+  server and vLLM do), one sentence.
 
-The exemplar is the ticket and that one action, the turn the weak agent gets wrong. It carries no
-reply turn on purpose: measured on SmolLM2-135M (2026-11-25, 10 tickets of a seed no gate or report
-set uses), with the tool result and a reply in the exemplar the model copied the exemplar's *last*
-turn, the reply, as its first output on 6 of 10 tickets and changed nothing; with the ticket and
-the action only it made the right change on 10 of 10. Whether an exemplar teaches the unconstrained
-agent anything is measured by the replay gate on held-out tickets the explorer never saw.
+The exemplar is the episode exactly as `run_episode` would show it: the ticket, the action, the
+tool result, the reply. A small model copies the last assistant turn it is shown, so shown whole such
+an exemplar taught the reply in place of the action (measured on SmolLM2-135M, 2026-11-25: 6 of 10
+tickets answered with the exemplar's reply and changed nothing); the shared rendering therefore shows
+each exemplar up to the step the conversation has reached (`protocol.harness.exemplar_up_to_step`):
+the action on the first turn, the reply on the turn after the tool result. Whether an exemplar teaches
+the unconstrained agent anything is measured by the replay gate on held-out tickets the explorer never saw.
 """
 
 from __future__ import annotations
@@ -24,8 +28,11 @@ import json
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from evolvable.protocol.harness import Harness, MemoryExemplar
+import openai
+
+from evolvable.protocol.harness import Harness, MemoryExemplar, render_messages
 from evolvable.protocol.models import ChatMessage
 from evolvable.workloads.it_helpdesk.environment import Directory, Verdict, verify
 from evolvable.workloads.it_helpdesk.tasks import Task
@@ -34,14 +41,17 @@ READ_ONLY = frozenset({"lookup_user", "reply_to_user"})
 _USER_ID = re.compile(r"\bu\d{3}\b")
 _NUMBER = re.compile(r"\b\d{1,4}\b")
 _WORD = re.compile(r"[a-z][a-z0-9-]{2,}")
+REPLY_PREFIX = '{"tool": "reply_to_user", "args": {"message": "'
+_TEXT_STOPS = ('"', "\n", ".", "!", "?")
 
 
 @dataclass
 class Found:
-    """One tried plan: its action (as the model would write it) and the verdict."""
+    """One tried plan: its actions (as the model would write them) and the verdict."""
 
     task: Task
-    output: str
+    outputs: list[str]
+    observations: list[str]
     verdict: Verdict
 
     @property
@@ -49,14 +59,16 @@ class Found:
         return self.verdict.success and not self.verdict.violation
 
     def exemplar(self) -> MemoryExemplar:
+        messages = [ChatMessage(role="user", content=self.task.prompt())]
+        for output, observation in zip(self.outputs, [*self.observations, None], strict=False):
+            messages.append(ChatMessage(role="assistant", content=output))
+            if observation is not None:
+                messages.append(ChatMessage(role="user", content=observation))
         return MemoryExemplar(
             id=f"ex-explore-{self.task.id}",
             cluster=self.task.intent,
             task_input=self.task.prompt(),
-            messages=[
-                ChatMessage(role="user", content=self.task.prompt()),
-                ChatMessage(role="assistant", content=self.output),
-            ],
+            messages=messages,
             reward=1.0,
         )
 
@@ -76,9 +88,14 @@ def action_text(tool: str, args: dict[str, str]) -> str:
 
 
 class ItHelpdeskExplorer:
-    def __init__(self, harness: Harness, *, max_plans: int = 64) -> None:
+    def __init__(
+        self, client: openai.OpenAI, model: str, harness: Harness, *, max_plans: int = 64, max_text_tokens: int = 24
+    ) -> None:
+        self.client = client
+        self.model = model
         self.harness = harness
         self.max_plans = max_plans
+        self.max_text_tokens = max_text_tokens
 
     def plans(self, task: Task) -> Iterator[tuple[str, dict[str, str]]]:
         values = grounded(task.prompt())
@@ -95,12 +112,40 @@ class ItHelpdeskExplorer:
             if len(tried) >= self.max_plans:
                 break
             directory = Directory.for_task(task)
-            if "error" in directory.call(tool, args):
+            result = directory.call(tool, args)
+            if "error" in result:
                 continue
-            tried.append(Found(task, action_text(tool, args), verify(directory)))
-            if tried[-1].success:
-                return tried
+            if not task.probe:  # would a reply after the change make this a success? (a probe asks for no change)
+                directory.call("reply_to_user", {"message": "-"})
+            verdict = verify(directory)
+            found = Found(task, [action_text(tool, args)], [f"Tool result: {json.dumps(result)}"], verdict)
+            tried.append(found)
+            if not found.success:
+                continue
+            reply = self._reply(task, found)
+            if not reply:
+                continue
+            found.outputs.append(action_text("reply_to_user", {"message": reply}))
+            return tried
         return tried
+
+    def _reply(self, task: Task, found: Found) -> str:
+        conversation = [ChatMessage(role="user", content=task.prompt())]
+        conversation += [ChatMessage(role="assistant", content=found.outputs[0])]
+        conversation += [ChatMessage(role="user", content=found.observations[0])]
+        messages = render_messages(self.harness, conversation, task_text=task.prompt(), cluster=task.intent)
+        wire: list[dict[str, Any]] = [m.model_dump(mode="json", exclude_none=True) for m in messages]
+        wire.append({"role": "assistant", "content": REPLY_PREFIX})
+        completion = self.client.chat.completions.create(
+            model=self.model,
+            messages=wire,  # type: ignore[arg-type]
+            temperature=0.0,
+            max_tokens=self.max_text_tokens,
+            stop=list(_TEXT_STOPS),
+            extra_body={"continue_final_message": True, "add_generation_prompt": False},
+        )
+        text = (completion.choices[0].message.content or "").strip() if completion.choices else ""
+        return text + "." if text and text[-1].isalnum() else text
 
 
 def _combinations(names: Sequence[str], values: dict[str, list[str]]) -> Iterator[dict[str, str]]:
