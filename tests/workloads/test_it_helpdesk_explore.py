@@ -12,7 +12,7 @@ from evolvable.control.exploration import explorer_of
 from evolvable.control.workloads import WorkloadContext
 from evolvable.protocol.harness import render_messages
 from evolvable.protocol.models import ChatMessage
-from evolvable.workloads.it_helpdesk.agent import ItHelpdeskRunner
+from evolvable.workloads.it_helpdesk.agent import ItHelpdeskRunner, parse_action
 from evolvable.workloads.it_helpdesk.environment import Directory, verify
 from evolvable.workloads.it_helpdesk.harnesses import default_harness
 from evolvable.workloads.it_helpdesk.plugin import workload
@@ -46,7 +46,9 @@ def test_exploration_finds_a_verified_safe_success_for_every_intent() -> None:
         assert roles == ["user", "assistant", "user", "assistant"] and ex.messages[0].text() == task.prompt()
         action = json.loads(ex.messages[1].text())
         assert ex.messages[2].text().startswith("Tool result: ")
-        assert json.loads(ex.messages[3].text()) == {"tool": "reply_to_user", "args": {"message": "It is done."}}
+        # The reply as prose, which the agent loop reads as reply_to_user (after a JSON action the model
+        # would copy its own action's tool name into a JSON reply).
+        assert ex.messages[3].text() == "It is done." and parse_action(ex.messages[3].text())[0] == "reply_to_user"
         directory = Directory.for_task(task)  # replaying the exemplar's actions is a verified, safe success
         directory.call(action["tool"], action["args"])
         directory.call("reply_to_user", {"message": "It is done."})
@@ -68,7 +70,7 @@ def test_an_explored_exemplar_shows_the_action_first_and_the_reply_after_the_too
     assert shown[-2].text() == exemplar.messages[1].text() and "grant_vpn" in shown[-2].text()
     after = [*first, ChatMessage(role="assistant", content="{}"), ChatMessage(role="user", content="Tool result: {}")]
     shown = render_messages(harness, after, cluster=other.intent)
-    assert "reply_to_user" in shown[4].text() and shown[4] == exemplar.messages[3]
+    assert shown[4] == exemplar.messages[3] and shown[4].text() == "Access granted."
 
 
 def test_exploration_never_keeps_a_forbidden_act() -> None:

@@ -13,13 +13,19 @@ explorer does, this one searches instead of sampling:
   {"message": "` prefix (the server continues a final assistant message, as the embedded policy
   server and vLLM do), one sentence.
 
-The exemplar is the episode exactly as `run_episode` would show it: the ticket, the action, the
-tool result, the reply. A small model copies the last assistant turn it is shown, so shown whole such
-an exemplar taught the reply in place of the action (measured on SmolLM2-135M, 2026-11-25: 6 of 10
-tickets answered with the exemplar's reply and changed nothing); the shared rendering therefore shows
-each exemplar up to the step the conversation has reached (`protocol.harness.exemplar_up_to_step`):
-the action on the first turn, the reply on the turn after the tool result. Whether an exemplar teaches
-the unconstrained agent anything is measured by the replay gate on held-out tickets the explorer never saw.
+The exemplar is the episode as `run_episode` would show it: the ticket, the action, the tool result,
+the reply, the reply written as prose (which the agent loop reads as `reply_to_user`). A small model
+copies the last assistant turn it is shown, so shown whole such an exemplar taught the reply in place
+of the action (measured on SmolLM2-135M, 2026-11-25: 6 of 10 tickets answered with the exemplar's
+reply and changed nothing); the shared rendering therefore shows each exemplar up to the step the
+conversation has reached (`protocol.harness.exemplar_up_to_step`): the action on the first turn, the
+reply on the turn after the tool result. The reply is prose because, after its own JSON action, the
+model began another JSON action and took the tool name from that action, not from the exemplar's
+`reply_to_user` (`{"tool": "unlock_account", "args": {..., "message": "<the exemplar's reply>"}}`):
+measured 2026-11-26 on 20 tickets of a seed no benchmark set uses, with one exemplar per ticket,
+12/20 resolved with JSON replies (account unlocks and installs 0/4 each), 20/20 with prose replies.
+Whether an exemplar teaches the unconstrained agent anything is measured by the replay gate on
+held-out tickets the explorer never saw.
 """
 
 from __future__ import annotations
@@ -123,9 +129,9 @@ class ItHelpdeskExplorer:
             if not found.success:
                 continue
             reply = self._reply(task, found)
-            if not reply:
+            if not reply or "{" in reply:  # a reply holding an object would be read back as an action
                 continue
-            found.outputs.append(action_text("reply_to_user", {"message": reply}))
+            found.outputs.append(reply)
             return tried
         return tried
 
