@@ -163,6 +163,7 @@ class NumberRecognizer:
         self._card_shortcut = card.pattern is _CARD and card.validate is _card
         self._ipv4_shortcut = ipv4.pattern is _IPV4 and ipv4.validate is _public_ipv4
         self._shape_shortcuts = us_phone.pattern is _US_PHONE and ssn.pattern is _SSN
+        self._skip_dates = self._shape_shortcuts and (national is None or getattr(national, "ignores_dates", False))
 
     def find(self, text: str, lowered: str) -> Iterable[Finding]:
         out: list[Finding] = []
@@ -176,6 +177,8 @@ class NumberRecognizer:
             dots = run.count(".")
             if size < (8 if self.national is not None else 10) and not plus and dots < 3:
                 continue  # no international phone, no IPv4 address; a US phone, card or SSN needs 9+ digits
+            if self._skip_dates and _DATE_RUN.fullmatch(run) is not None:
+                continue  # a date, maybe with an hour (a quarter of the runs in logs): see `_DATE_RUN`
             # in ASCII text, digits as 0 and separators as `-` (one C translate) count the digits, and rule the
             # default US and SSN patterns out
             shape = None
@@ -463,6 +466,13 @@ def number_runs(text: str) -> list[tuple[int, int]]:
     return spans
 
 
+# `2019-01-19`, `19/01/2019 05`: 8 or 10 digits in groups of 4-2-2(-2) or 2-2-4(-2), no `+`, under three dots.
+# No default pattern matches inside such a run (a US phone needs `ddd-ddd-dddd`, an SSN `ddd-dd-dddd`, a card 13+
+# digits, an IPv4 address three dots) and the national checker drops it as date-like (`ignores_dates`), so the
+# number recognizer skips it after one C match instead of trying each pattern in Python.
+_DATE_RUN = re.compile(
+    r"(?:(?:19|20)\d\d(?P<a>[-/.])\d\d(?P=a)\d\d|\d\d(?P<b>[-/.])\d\d(?P=b)(?:19|20)\d\d)(?: \d\d)?"
+)
 _US_PHONE = re.compile(r"(?:1[ .\-]?)?(?:\(\d{3}\)[ .\-]?|\d{3}[ .\-])\d{3}[ .\-]\d{4}" + _NUM_AFTER)
 _SSN = re.compile(r"\d{3}-\d\d-\d{4}" + _NUM_AFTER)
 # digits become 0 and US-number separators `-`; other bytes keep their value, none of them 0 or `-`. `_US_PHONE`
