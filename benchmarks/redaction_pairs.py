@@ -26,7 +26,7 @@ from types import ModuleType
 from typing import Any
 
 from redaction import load_records
-from redaction_ab import ROOT, baseline_src
+from redaction_ab import baseline_src
 
 _PACKAGE = "evolvable.governance.redaction"
 _RENAMED = "_baseline_redaction"
@@ -80,9 +80,10 @@ def main() -> None:
     ratios = [b / n for b, n in zip(times["baseline"], times["this tree"], strict=True)]
     print(f"corpus {args.corpus}: {mb:.3f} MB, {len(texts)} texts; baseline {args.baseline}; {args.pairs} pairs")
     for name, ts in times.items():
-        print(f"  {name:10s} MB per CPU-second: best pass {mb / min(ts):.2f}, median pass {mb / statistics.median(ts):.2f}")
-    best = min(times["baseline"]) / min(times["this tree"])
-    print(f"  ratio this tree / baseline: median of pairs {statistics.median(ratios):.3f}x, best {best:.3f}x")
+        best, median = mb / min(ts), mb / statistics.median(ts)
+        print(f"  {name:10s} MB per CPU-second: best pass {best:.2f}, median pass {median:.2f}")
+    best_ratio = min(times["baseline"]) / min(times["this tree"])
+    print(f"  ratio this tree / baseline: median of pairs {statistics.median(ratios):.3f}x, best {best_ratio:.3f}x")
     print(
         f"  load average (1/5/15 min) before {'/'.join(f'{x:.1f}' for x in load_before)}, "
         f"after {'/'.join(f'{x:.1f}' for x in load_after)} on {os.cpu_count()} CPUs"

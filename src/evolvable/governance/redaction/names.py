@@ -270,7 +270,12 @@ class NameRecognizer:
     def _mentions(self, text: str, out: list[Finding]) -> list[Finding]:
         """A name found once is a name wherever else its words stand capitalised in the text (`Felicia Eriksson
         ... Eriksson's song`, `Mineko had given Mineko`): each word of a found name that is no dictionary word,
-        or is a known name, is found again (called only when a word of a name occurs twice: `_word_repeated`)."""
+        or is a known name, is found again (called only when a word of a name occurs twice: `_word_repeated`).
+
+        Most calls find nothing more: the name was written twice and both were found. That is settled by counts
+        before the scan of every word: another mention of `w` stands outside the found names (a capitalised word
+        cannot straddle the start of a name, which is a word's start), so it is one more disjoint occurrence
+        than those inside them, and `str.count` (leftmost, non-overlapping) counts the most disjoint ones."""
         code_of = self._code
         words = {
             word.removesuffix("'s").removesuffix("’s")
@@ -279,6 +284,8 @@ class NameRecognizer:
             if code_of(word) >= 2
         }
         found = [(f.start, f.end) for f in out]
+        if not any(text.count(w) > sum(text.count(w, a, b) for a, b in found) for w in words):
+            return out  # every occurrence of each word lies in a name already found (see the docstring)
         more: list[Finding] = []
         for m in _WORD.finditer(text):
             start, end = m.span()
