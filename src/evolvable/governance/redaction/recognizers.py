@@ -470,9 +470,7 @@ def number_runs(text: str) -> list[tuple[int, int]]:
 # No default pattern matches inside such a run (a US phone needs `ddd-ddd-dddd`, an SSN `ddd-dd-dddd`, a card 13+
 # digits, an IPv4 address three dots) and the national checker drops it as date-like (`ignores_dates`), so the
 # number recognizer skips it after one C match instead of trying each pattern in Python.
-_DATE_RUN = re.compile(
-    r"(?:(?:19|20)\d\d(?P<a>[-/.])\d\d(?P=a)\d\d|\d\d(?P<b>[-/.])\d\d(?P=b)(?:19|20)\d\d)(?: \d\d)?"
-)
+_DATE_RUN = re.compile(r"(?:(?:19|20)\d\d(?P<a>[-/.])\d\d(?P=a)\d\d|\d\d(?P<b>[-/.])\d\d(?P=b)(?:19|20)\d\d)(?: \d\d)?")
 _US_PHONE = re.compile(r"(?:1[ .\-]?)?(?:\(\d{3}\)[ .\-]?|\d{3}[ .\-])\d{3}[ .\-]\d{4}" + _NUM_AFTER)
 _SSN = re.compile(r"\d{3}-\d\d-\d{4}" + _NUM_AFTER)
 # digits become 0 and US-number separators `-`; other bytes keep their value, none of them 0 or `-`. `_US_PHONE`
