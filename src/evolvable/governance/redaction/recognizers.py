@@ -400,6 +400,7 @@ class IPv6Recognizer:
 
     kind = "IP_ADDRESS"
     priority = 50
+    requires_colon = True  # every candidate holds a `:`: the engine skips texts without one
 
     def find(self, text: str, lowered: str) -> Iterable[Finding]:
         if "::" not in text and (text.count(":") < 6 or _V6_SIX_COLONS.search(text) is None):
