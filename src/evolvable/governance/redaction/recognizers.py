@@ -14,7 +14,7 @@ import itertools
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 from ahocorasick_rs import AhoCorasick
 
@@ -22,9 +22,11 @@ from evolvable.governance.redaction import validators as v
 from evolvable.governance.redaction.findings import Finding, free_left
 
 
-@runtime_checkable
 class Recognizer(Protocol):
-    """Finds one kind of value. `lowered` is `text.lower()`, for keyword pre-filters only (its indices may differ)."""
+    """Finds one kind of value. `lowered` is `text.lower()`, for keyword pre-filters only (its indices may differ).
+
+    Not `runtime_checkable` (nothing tests it with `isinstance`): mypyc, which compiles this module for the
+    native build (scripts/build_native_redaction.sh), rejects a runtime-checkable protocol."""
 
     kind: str
 
