@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Compile the redaction engine's hot modules to C with mypyc, into build/native (a copy of src/ with the compiled
-# modules beside their sources). Same code, so the same findings; 1.26-1.45x the throughput of the pure-Python
+# modules beside their sources). Same code, so the same findings; 1.26-1.50x the throughput of the pure-Python
 # modules (docs/PERFORMANCE.md). Use it by putting build/native first: PYTHONPATH=build/native evolvable ...
 # Needs mypy (the dev or `native` extra; mypyc ships with it) and a C compiler with the Python headers.
 # Takes a few CPU-minutes (mypy checks what the modules import). Re-run after changing any redaction module:
