@@ -273,3 +273,103 @@ def test_overlap_resolution_keeps_what_the_greedy_rule_keeps() -> None:
             start = rng.randint(0, 40)
             findings.append(Finding(start, start + rng.randint(1, 8), rng.choice("AB"), rng.choice((10, 50, 60))))
         assert resolve_overlaps(list(findings)) == _reference_resolve(findings), findings
+
+
+def test_date_runs_skipped_unchecked_would_have_found_nothing() -> None:
+    """The number recognizer skips `_DATE_RUN` runs without trying its patterns or the national checker."""
+    numbers = next(x for x in r.pii_recognizers() if isinstance(x, r.NumberRecognizer))
+    reference = next(x for x in r.pii_recognizers() if isinstance(x, r.NumberRecognizer))
+    reference._skip_dates = False
+    assert numbers._skip_dates
+    rng = random.Random(17)
+    pieces = [
+        *"0123456789", *" .()+-/", "x", "_", "\n", "\u0663", "\u00e9", "call ", "phone: ", "tel ", "ssn ",
+        "2019-01-19", "2019-01-19 05", "19/01/2019", "19.01.2019 23", "2026/11/25", "2019-01-19T05", "20", "19",
+        "-01", "/12", ".31", " 05", "+1 ", "(415) ", "555-0123", "123-45-", "0123", "00", "version ",
+    ]  # fmt: skip
+    skipped = 0
+    for text in _texts(rng, pieces, 8000, most=14):
+        lowered = text.lower()
+        assert numbers.find(text, lowered) == reference.find(text, lowered), text
+        skipped += sum(r._DATE_RUN.fullmatch(text[a:b]) is not None for a, b in r.number_runs(text))
+    assert skipped > 1000
+
+
+def test_address_hits_glued_to_a_word_are_dropped_as_read_would_drop_them() -> None:
+    """Street-word hits followed by a letter or digit are dropped before `_read`; with the drop turned off for
+    every word the findings are the same."""
+    from evolvable.governance.redaction import addresses as a
+
+    recognizer = a.AddressRecognizer()
+    rng = random.Random(19)
+    pieces = [
+        "12 ", "Elm ", "Maple ", "Street", "Streets", " street", "St", "St.", "Ave", "avenue", "Avenue ", "avenues",
+        "rue ", "ruelle", "Calle ", "Mayor ", "5", "Hauptstraße ", "Pl", "please", " ", ", ", "\n", "\\n", "Rd",
+        "roadmap", "road", "via", "Via ", "viaduct", "utca ", "u.", "Síp ", "lives at ", "7", "x", "é", "street9",
+    ]  # fmt: skip
+    texts = _texts(rng, pieces, 6000, most=12)
+    fast = [recognizer.find(t, t.lower()) for t in texts]
+    hits = a._HITS
+    try:
+        a._HITS = tuple((word, kind, lead, False) for word, kind, lead, _ in hits)
+        assert [recognizer.find(t, t.lower()) for t in texts] == fast
+    finally:
+        a._HITS = hits
+    assert sum(map(len, fast)) > 100
+    dropped = sum(
+        standalone and t[end : end + 1].isalnum()
+        for t in texts
+        for index, _, end in a._SEARCH(t.lower(), overlapping=True)
+        for _, _, _, standalone in [hits[index]]
+    )
+    assert dropped > 1000
+
+
+class _ScanEveryMention:
+    """`NameRecognizer._mentions` before the counts ruled most calls out: always scans every capitalised word."""
+
+    @staticmethod
+    def mentions(self: object, text: str, out: list[Finding]) -> list[Finding]:
+        from evolvable.governance.redaction import names as n
+
+        code_of = self._code  # type: ignore[attr-defined]
+        words = {
+            word.removesuffix("'s").removesuffix("’s")
+            for f in out
+            for word in n._WORD.findall(text, f.start, f.end)
+            if code_of(word) >= 2
+        }
+        found = [(f.start, f.end) for f in out]
+        more: list[Finding] = []
+        for m in n._WORD.finditer(text):
+            start, end = m.span()
+            if text[end - 2 : end] in n._POSSESSIVE:
+                end -= 2
+            if text[start:end] in words and not any(a <= start < b for a, b in found):
+                more.append(Finding(start, end, "PERSON", 10))
+        return out + more if more else out
+
+
+def test_later_mentions_of_a_name_are_what_a_full_scan_finds() -> None:
+    """`_mentions` with its count shortcut against the full scan, on the names `find` found and on subsets of
+    them (a name left out is found again by the scan), without patching the recognizer (a compiled one cannot
+    be patched: scripts/build_native_redaction.sh)."""
+    from evolvable.governance.redaction.names import NameRecognizer
+
+    pieces = [
+        "Maria ", "Lopez", "Lopez's ", "Lopez’s ", "Priya ", "Priya", "Mineko ", "Eriksson", "Felicia ", "van ",
+        "Dijk ", "Mark ", "Rose", "Okafor-Eze ", "Li ", "Lily ", "said ", "Mr. ", "Hi ", ", ", ". ", "\n", "the ",
+        "Bank ", "New ", "York ", "Zsigmond ", "talked to ", "x", "MariaLopez ", "Anna-Anna-Anna ", "Anna ",
+    ]  # fmt: skip
+    rng = random.Random(23)
+    recognizer = NameRecognizer()
+    scanned = found_again = 0
+    for text in _texts(rng, pieces, 6000, most=14):
+        names = list(recognizer.find(text, text.lower()))
+        for out in (names, names[:1], names[1:], names[::2]):
+            expected = _ScanEveryMention.mentions(recognizer, text, list(out))
+            assert recognizer._mentions(text, list(out)) == expected, (text, out)
+            scanned += bool(out)
+            found_again += len(expected) > len(out)
+    assert scanned > 10000
+    assert found_again > 1000

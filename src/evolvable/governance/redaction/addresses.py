@@ -87,6 +87,13 @@ _LEAD = {w: 0 if kind in ("glued", "box", "context") else 2 if w.startswith("\\n
 _SEARCH = AhoCorasick(sorted(_KINDS)).find_matches_as_indexes
 _DIGIT = re.compile(r"\d")
 _WORDS = sorted(_KINDS)
+# per automaton index: (word, kind, lead, whether a letter or digit right after the hit rules it out). `_read`
+# drops a standalone street word glued to what follows (`Streets`, `please`, `statement`: most hits) unless it
+# ends in a dot; an `avenue` hit is then still tried as a suffix, so it is not dropped here.
+_HITS = tuple(
+    (w, kind, _LEAD[w], kind in ("suffix", "late", "prefix") and not w.endswith((".", "avenue")))
+    for w, kind in ((w, _KINDS[w]) for w in _WORDS)
+)
 _LETTER_AFTER = re.compile(r"[^\W_]")
 _GLUED_NEXT = frozenset(" .,")  # what `_GLUED_AFTER` can start with
 
@@ -115,9 +122,10 @@ class AddressRecognizer:
             return []
         out: list[Finding] = []
         for index, start, end in hits:
-            word = _WORDS[index]
-            kind = _KINDS[word]
-            start += _LEAD[word]
+            word, kind, lead, standalone = _HITS[index]
+            if standalone and text[end : end + 1].isalnum():
+                continue  # `_read` would drop it: `_LETTER_AFTER` (`[^\W_]`) is `str.isalnum` for one character
+            start += lead
             if kind == "context":  # below the street-word forms, which know better where an address starts
                 if (span := _in_context(text, start, end)) is not None:
                     out.append(Finding(span[0], span[1], self.kind, self.priority - 1))

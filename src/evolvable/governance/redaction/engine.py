@@ -350,6 +350,8 @@ class _KeywordPlan:
     occurs cannot match, so it does not run. A recognizer with `requires_digit` (every finding of it holds a `\\d`
     character: numbers, IBANs, house numbers) runs only on a text with one, decided by one C regex search shared
     by all of them (most prose has no digit, and each of them would test that, or scan for runs, on its own).
+    Likewise a recognizer with `requires_colon` (IPv6 addresses) runs only on a text holding a `:`, one C
+    substring test instead of a call (most prose has none; it is not a keyword, as JSON holds dozens).
     The recognizers to run for each combination of hits are computed once and kept.
     """
 
@@ -361,6 +363,7 @@ class _KeywordPlan:
         lower: dict[str, int] = {}
         self._entries: list[tuple[_Runner, int]] = []
         self._digit_bit = 1 << (2 * n)
+        self._colon_bit = 1 << (2 * n + 1)
         for i, r in enumerate(recognizers):
             exact_keywords = tuple(getattr(r, "exact_keywords", ()))
             lower_keywords = tuple(getattr(r, "keywords", ()))
@@ -373,10 +376,13 @@ class _KeywordPlan:
             need = (1 << i if exact_keywords else 0) | (1 << (n + i) if lower_keywords else 0)
             if getattr(r, "requires_digit", False):
                 need |= self._digit_bit
+            if getattr(r, "requires_colon", False):
+                need |= self._colon_bit
             self._entries.append(((r, find), need))
         self.keywords = _KeywordSearch(exact, lower)
         self._bits = self.keywords.bits
         self._digit_search = _DIGIT.search if any(need & self._digit_bit for _, need in self._entries) else None
+        self._colon_test = any(need & self._colon_bit for _, need in self._entries)
         self._runners: dict[int, tuple[_Runner, ...]] = {}
 
     def runners(self, text: str, lowered: str) -> tuple[_Runner, ...]:
@@ -384,6 +390,8 @@ class _KeywordPlan:
         hits = self._bits(text, lowered)
         if self._digit_search is not None and self._digit_search(text) is not None:
             hits |= self._digit_bit
+        if self._colon_test and ":" in text:
+            hits |= self._colon_bit
         found = self._runners.get(hits)
         if found is None:
             if len(self._runners) >= self._MAX_COMBINATIONS:

@@ -67,6 +67,7 @@ _AFTER = re.compile(
     r"|['’]s[ ](?:address|phone|number|email|e-mail|birthday|wife|husband|son|daughter|mother|father|brother|"
     r"sister|family|account|credit card|ssn|salary|song|novel|book))"
 )
+_AFTER_FIRST = frozenset(" '’")  # how each `_AFTER` alternative starts: one set test before the regex
 _POSSESSIVE = ("'s", "’s")
 _DERIVED = ("ing", "tion", "ment", "ness", "ity")
 """Endings of English words the dictionary lists only in their base form (`Tracking says ...`)."""
@@ -270,7 +271,12 @@ class NameRecognizer:
     def _mentions(self, text: str, out: list[Finding]) -> list[Finding]:
         """A name found once is a name wherever else its words stand capitalised in the text (`Felicia Eriksson
         ... Eriksson's song`, `Mineko had given Mineko`): each word of a found name that is no dictionary word,
-        or is a known name, is found again (called only when a word of a name occurs twice: `_word_repeated`)."""
+        or is a known name, is found again (called only when a word of a name occurs twice: `_word_repeated`).
+
+        Most calls find nothing more: the name was written twice and both were found. That is settled by counts
+        before the scan of every word: another mention of `w` stands outside the found names (a capitalised word
+        cannot straddle the start of a name, which is a word's start), so it is one more disjoint occurrence
+        than those inside them, and `str.count` (leftmost, non-overlapping) counts the most disjoint ones."""
         code_of = self._code
         words = {
             word.removesuffix("'s").removesuffix("’s")
@@ -279,6 +285,8 @@ class NameRecognizer:
             if code_of(word) >= 2
         }
         found = [(f.start, f.end) for f in out]
+        if not any(text.count(w) > sum(text.count(w, a, b) for a, b in found) for w in words):
+            return out  # every occurrence of each word lies in a name already found (see the docstring)
         more: list[Finding] = []
         for m in _WORD.finditer(text):
             start, end = m.span()
@@ -306,7 +314,11 @@ class NameRecognizer:
         if code >= 2:
             # `Tomáš's address`: the possessive is part of the word token; the name ends before it
             bare_end = end - 2 if text[end - 2 : end] in _POSSESSIVE else end
-            if _AFTER.match(text, bare_end) is not None and not text[start:bare_end].endswith(_DERIVED):
+            if (
+                text[bare_end : bare_end + 1] in _AFTER_FIRST
+                and _AFTER.match(text, bare_end) is not None
+                and not text[start:bare_end].endswith(_DERIVED)
+            ):
                 out.append(Finding(start, bare_end, self.kind, self.priority))  # `Saikkonen said`
                 return
         if (

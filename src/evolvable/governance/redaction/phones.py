@@ -203,6 +203,9 @@ class NationalPhoneChecker:
     """Called by the number recognizer for each run of digits and separators it finds (8-15 digits, no `+`):
     national-format phone numbers of many countries, `00` international ones, and spaced/dotted US SSNs."""
 
+    ignores_dates = True
+    """`check` finds nothing in a run `_DATE_LIKE` matches: the number recognizer may skip such runs unasked."""
+
     def check(self, text: str, start: int, end: int, digits: int, out: list[Finding]) -> None:
         run = text[start:end]
         if _DATE_LIKE.match(run):

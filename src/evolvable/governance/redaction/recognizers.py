@@ -14,7 +14,7 @@ import itertools
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 from ahocorasick_rs import AhoCorasick
 
@@ -22,9 +22,11 @@ from evolvable.governance.redaction import validators as v
 from evolvable.governance.redaction.findings import Finding, free_left
 
 
-@runtime_checkable
 class Recognizer(Protocol):
-    """Finds one kind of value. `lowered` is `text.lower()`, for keyword pre-filters only (its indices may differ)."""
+    """Finds one kind of value. `lowered` is `text.lower()`, for keyword pre-filters only (its indices may differ).
+
+    Not `runtime_checkable` (nothing tests it with `isinstance`): mypyc, which compiles this module for the
+    native build (scripts/build_native_redaction.sh), rejects a runtime-checkable protocol."""
 
     kind: str
 
@@ -163,6 +165,7 @@ class NumberRecognizer:
         self._card_shortcut = card.pattern is _CARD and card.validate is _card
         self._ipv4_shortcut = ipv4.pattern is _IPV4 and ipv4.validate is _public_ipv4
         self._shape_shortcuts = us_phone.pattern is _US_PHONE and ssn.pattern is _SSN
+        self._skip_dates = self._shape_shortcuts and (national is None or getattr(national, "ignores_dates", False))
 
     def find(self, text: str, lowered: str) -> Iterable[Finding]:
         out: list[Finding] = []
@@ -176,6 +179,8 @@ class NumberRecognizer:
             dots = run.count(".")
             if size < (8 if self.national is not None else 10) and not plus and dots < 3:
                 continue  # no international phone, no IPv4 address; a US phone, card or SSN needs 9+ digits
+            if self._skip_dates and _DATE_RUN.fullmatch(run) is not None:
+                continue  # a date, maybe with an hour (a quarter of the runs in logs): see `_DATE_RUN`
             # in ASCII text, digits as 0 and separators as `-` (one C translate) count the digits, and rule the
             # default US and SSN patterns out
             shape = None
@@ -397,6 +402,7 @@ class IPv6Recognizer:
 
     kind = "IP_ADDRESS"
     priority = 50
+    requires_colon = True  # every candidate holds a `:`: the engine skips texts without one
 
     def find(self, text: str, lowered: str) -> Iterable[Finding]:
         if "::" not in text and (text.count(":") < 6 or _V6_SIX_COLONS.search(text) is None):
@@ -463,6 +469,11 @@ def number_runs(text: str) -> list[tuple[int, int]]:
     return spans
 
 
+# `2019-01-19`, `19/01/2019 05`: 8 or 10 digits in groups of 4-2-2(-2) or 2-2-4(-2), no `+`, under three dots.
+# No default pattern matches inside such a run (a US phone needs `ddd-ddd-dddd`, an SSN `ddd-dd-dddd`, a card 13+
+# digits, an IPv4 address three dots) and the national checker drops it as date-like (`ignores_dates`), so the
+# number recognizer skips it after one C match instead of trying each pattern in Python.
+_DATE_RUN = re.compile(r"(?:(?:19|20)\d\d(?P<a>[-/.])\d\d(?P=a)\d\d|\d\d(?P<b>[-/.])\d\d(?P=b)(?:19|20)\d\d)(?: \d\d)?")
 _US_PHONE = re.compile(r"(?:1[ .\-]?)?(?:\(\d{3}\)[ .\-]?|\d{3}[ .\-])\d{3}[ .\-]\d{4}" + _NUM_AFTER)
 _SSN = re.compile(r"\d{3}-\d\d-\d{4}" + _NUM_AFTER)
 # digits become 0 and US-number separators `-`; other bytes keep their value, none of them 0 or `-`. `_US_PHONE`
