@@ -2,11 +2,12 @@
 
 The memory lever's exemplars are redacted trajectories (`reset the password for <EMAIL_1>` ->
 `{"tool": "reset_password", "args": {"email": "<EMAIL_1>"}}`), and a 135M model copies the placeholder
-literally into its own action. `render_messages(..., live_values=...)` shows each exemplar placeholder
-as the value the live conversation has under the same placeholder (its own redaction, numbered by first
-appearance). This runs the same report tickets, with the same exemplars (oracle runs of train tickets,
-redacted as the memory lever serves them, two per intent), under both renderings, greedily, and counts
-per intent the successes and the episodes whose actions hold a placeholder literally.
+literally into its own action. `render_messages(..., live_values=...)` shows each placeholder of an
+exemplar's assistant turns as the value the live conversation has under the same placeholder (its own
+redaction, numbered by first appearance); `live_every_turn` fills the exemplar's user turns too.
+This runs the same report tickets, with the same exemplars (oracle runs of train tickets, redacted as the
+memory lever serves them, two per intent), under each rendering, greedily, and counts per intent the
+successes and the episodes whose actions hold a placeholder literally.
 
     python benchmarks/exemplar_values.py [--per-intent 3]
 """
@@ -24,7 +25,7 @@ from typing import Any
 import evolvable.workloads.support_desk.agent as agent_module
 from evolvable.app.redaction import exemplar_redactor
 from evolvable.policy_server.launcher import policy_server
-from evolvable.protocol.harness import PLACEHOLDER, Harness, LiveValues, render_messages
+from evolvable.protocol.harness import PLACEHOLDER, Harness, LiveValues, fill_placeholders, render_messages
 from evolvable.protocol.models import ChatMessage
 from evolvable.workloads.support_desk import default_harness, evaluate, generate_tasks
 from evolvable.workloads.support_desk.harnesses import oracle_exemplars
@@ -44,6 +45,24 @@ def render_recorded(
     return render_messages(harness, conversation, task_text=task_text, cluster=cluster)
 
 
+def render_every_turn(
+    harness: Harness,
+    conversation: list[ChatMessage],
+    task_text: str | None = None,
+    cluster: str | None = None,
+    live_values: LiveValues | None = None,
+) -> list[ChatMessage]:
+    """A variant: live values in every exemplar turn, the ticket and the tool results included."""
+    out = render_messages(harness, conversation, task_text=task_text, cluster=cluster)
+    dialogue = [m for m in conversation if m.role not in ("system", "developer")]
+    shown = out[1 : len(out) - len(dialogue)]
+    if live_values is None or not any(PLACEHOLDER.search(m.text()) for m in shown):
+        return out
+    values = live_values(dialogue)
+    filled = [m.model_copy(update={"content": fill_placeholders(m.text(), values)}) for m in shown]
+    return [out[0], *filled, *out[len(out) - len(dialogue) :]]
+
+
 def pick(tasks: list[Any], per_intent: int) -> list[Any]:
     counts: Counter[str] = Counter()
     out = []
@@ -61,6 +80,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--max-turns", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=12)
+    parser.add_argument("--arms", default="recorded,live", help="Of recorded, live (assistant turns), live_every_turn.")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     started, load_start = time.perf_counter(), os.getloadavg()
@@ -70,7 +90,9 @@ def main() -> None:
     harness = default_harness(memory=memory)
     arms: dict[str, dict[str, Any]] = {}
     with policy_server(args.model, max_batch=16) as endpoint:
-        for name, render in (("recorded", render_recorded), ("live", render_messages)):
+        arms_to_run = {"recorded": render_recorded, "live": render_messages, "live_every_turn": render_every_turn}
+        for name in args.arms.split(","):
+            render = arms_to_run[name]
             vars(agent_module)["render_messages"] = render  # the agent's own reference: both arms run the same loop
             result = evaluate(
                 report,

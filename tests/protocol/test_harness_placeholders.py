@@ -35,12 +35,12 @@ class Recorder:
         return self.values
 
 
-def test_each_placeholder_is_shown_as_the_live_value_of_the_same_number() -> None:
+def test_each_placeholder_of_an_action_is_shown_as_the_live_value_of_the_same_number() -> None:
     values = Recorder({"<EMAIL_1>": "ann@example.com", "<PERSON_1>": "Ann Lee"})
     rendered = render_messages(RESET, LIVE, cluster="c", live_values=values)
     assert [m.text() for m in rendered[1:3]] == [
-        "Ticket from Ann Lee <ann@example.com>: reset my password",
-        '{"tool": "reset_password", "args": {"email": "ann@example.com"}}',
+        "Ticket from <PERSON_1> <<EMAIL_1>>: reset my password",  # the exemplar's situation stays its own
+        '{"tool": "reset_password", "args": {"email": "ann@example.com"}}',  # the action to copy is the live one
     ]
     assert rendered[-1] == LIVE[0]
     assert values.calls == [LIVE]  # asked with the live conversation only, never the exemplar
@@ -49,7 +49,7 @@ def test_each_placeholder_is_shown_as_the_live_value_of_the_same_number() -> Non
 
 def test_a_placeholder_without_a_live_value_stays_as_it_is() -> None:
     rendered = render_messages(RESET, LIVE, cluster="c", live_values=Recorder({"<EMAIL_2>": "other@example.com"}))
-    assert rendered[1].text() == "Ticket from <PERSON_1> <<EMAIL_1>>: reset my password"
+    assert rendered[2].text() == '{"tool": "reset_password", "args": {"email": "<EMAIL_1>"}}'
     assert "other@example.com" not in "".join(m.text() for m in rendered)
     assert render_messages(RESET, LIVE, cluster="c") == render_messages(RESET, LIVE, cluster="c", live_values=None)
 
@@ -64,14 +64,14 @@ def test_several_values_of_a_kind_go_by_number() -> None:
 
 
 def test_live_values_are_computed_only_when_an_exemplar_holds_a_placeholder() -> None:
-    plain = harness_with(("user", "where is order 12"), ("assistant", '{"tool": "lookup_order"}'))
+    plain = harness_with(("user", "<PERSON_1>: where is order 12"), ("assistant", '{"tool": "lookup_order"}'))
     values = Recorder({"<EMAIL_1>": "ann@example.com"})
-    render_messages(plain, LIVE, cluster="c", live_values=values)
+    assert render_messages(plain, LIVE, cluster="c", live_values=values)[1].text() == "<PERSON_1>: where is order 12"
     render_messages(RESET.model_copy(update={"memory_k": 0}), LIVE, cluster="c", live_values=values)
     assert values.calls == []
 
 
-def test_the_exemplar_is_cut_at_the_conversation_step_before_its_values_are_filled() -> None:
+def test_the_exemplar_is_cut_at_the_conversation_step_and_its_actions_filled() -> None:
     conversation = [
         *LIVE,
         ChatMessage(role="assistant", content='{"tool": "reset_password", "args": {"email": "ann@example.com"}}'),
@@ -81,5 +81,7 @@ def test_the_exemplar_is_cut_at_the_conversation_step_before_its_values_are_fill
     values = Recorder({"<EMAIL_1>": "ann@example.com"})
     rendered = render_messages(RESET, [system, *conversation], cluster="c", live_values=values)
     assert [m.role for m in rendered] == ["system"] + ["user", "assistant"] * 2 + ["user", "assistant", "user"]
-    assert rendered[3].text() == 'Result: {"email": "ann@example.com", "reset_link_sent": true}'
+    assert rendered[3].text() == 'Result: {"email": "<EMAIL_1>", "reset_link_sent": true}'
+    assert rendered[4].text() == '{"tool": "reply_to_customer", "args": {"message": "Sent."}}'
+    assert rendered[2].text() == '{"tool": "reset_password", "args": {"email": "ann@example.com"}}'
     assert values.calls == [conversation]  # system messages are not part of the conversation's numbering

@@ -181,19 +181,24 @@ def render_messages(
 
     Exemplars come from redacted trajectories, so they hold placeholders (`<EMAIL_1>`), and a small model
     copies them literally into its own action (`reset_password {"email": "<EMAIL_1>"}`, 3 of 3 measured on
-    the support desk with SmolLM2-135M). With `live_values`, each exemplar placeholder the live
-    conversation has a value for (same kind, same number by first appearance) is shown as that value, so
-    the example reads like the case at hand; only values already in the live conversation are ever shown.
-    `live_values` is called only when a retrieved exemplar holds a placeholder."""
+    the support desk with SmolLM2-135M). With `live_values`, each placeholder in an exemplar's assistant
+    turns (the actions the model copies) that the live conversation has a value for (same kind, same
+    number by first appearance) is shown as that value; only values already in the live conversation are
+    ever shown. The exemplar's user turns keep their placeholders: filled with the live customer's name
+    and email too, the ticket read as the live one and the model took another action on 3 of 6 order
+    status tickets (benchmarks/exemplar_values.py). `live_values` is called only when an assistant turn
+    shown holds a placeholder."""
     if task_text is None:
         task_text = next((m.text() for m in conversation if m.role == "user"), "")
     step = sum(1 for m in conversation if m.role == "assistant")
     dialogue = [m for m in conversation if m.role not in ("system", "developer")]
     shown = [exemplar_up_to_step(ex, step) for ex in retrieve_memory(harness, task_text, cluster)]
-    if live_values is not None and any(PLACEHOLDER.search(m.text()) for turns in shown for m in turns):
+    if live_values is not None and any(
+        m.role == "assistant" and PLACEHOLDER.search(m.text()) for turns in shown for m in turns
+    ):
         values = live_values(dialogue)
         if values:
-            shown = [[_with_values(m, values) for m in turns] for turns in shown]
+            shown = [[_with_values(m, values) if m.role == "assistant" else m for m in turns] for turns in shown]
     out = [ChatMessage(role="system", content=render_system_prompt(harness, cluster))]
     for turns in shown:
         out.extend(turns)
