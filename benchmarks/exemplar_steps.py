@@ -23,7 +23,7 @@ from pathlib import Path
 import evolvable.workloads.support_desk.agent as agent_module
 from evolvable.app.redaction import exemplar_redactor
 from evolvable.policy_server.launcher import policy_server
-from evolvable.protocol.harness import Harness, render_messages, render_system_prompt, retrieve_memory
+from evolvable.protocol.harness import Harness, LiveValues, render_messages, render_system_prompt, retrieve_memory
 from evolvable.protocol.models import ChatMessage
 from evolvable.workloads.support_desk import default_harness, evaluate, generate_tasks
 from evolvable.workloads.support_desk.harnesses import oracle_exemplars
@@ -33,9 +33,14 @@ RESULTS = Path(__file__).parent / "results" / "exemplar_steps.json"
 
 
 def render_whole(
-    harness: Harness, conversation: list[ChatMessage], task_text: str | None = None, cluster: str | None = None
+    harness: Harness,
+    conversation: list[ChatMessage],
+    task_text: str | None = None,
+    cluster: str | None = None,
+    live_values: LiveValues | None = None,
 ) -> list[ChatMessage]:
-    """The previous rendering: every retrieved exemplar whole, whatever the conversation's step."""
+    """The previous rendering: every retrieved exemplar whole, whatever the conversation's step (with its
+    placeholders as recorded, as then)."""
     if task_text is None:
         task_text = next((m.text() for m in conversation if m.role == "user"), "")
     out = [ChatMessage(role="system", content=render_system_prompt(harness, cluster))]

@@ -23,7 +23,7 @@ from evolvable.proxy.app import create_app
 from evolvable.proxy.config import ProxyConfig, UpstreamConfig
 from evolvable.store import Store
 from evolvable.workloads.support_desk.agent import run_episode
-from evolvable.workloads.support_desk.harnesses import oracle_outputs, weak_harness
+from evolvable.workloads.support_desk.harnesses import oracle_exemplars, oracle_outputs, weak_harness
 from evolvable.workloads.support_desk.tasks import generate_tasks
 
 
@@ -128,3 +128,48 @@ def test_sessions_opened_at_the_proxy_split_between_active_and_canary(tmp_path) 
     from evolvable.control.router import bucket
 
     assert all((bucket(p["id"]) < 0.5) == (p["harness_version"] == candidate.id) for p in pinned)
+
+
+def test_exemplar_placeholders_reach_the_upstream_as_the_live_tickets_own_values(tmp_path) -> None:
+    """A redacted exemplar (`reset_password {"email": "<EMAIL_1>"}`) is shown with the live ticket's email, by
+    the proxy and by the agent applying the harness itself alike; the exemplar's own customer never appears."""
+    from evolvable.app.redaction import exemplar_redactor
+    from evolvable.governance.redaction import live_values_function
+
+    task = generate_tasks("train", 1, seed=5, intents=["password_reset"])[0]
+    example = generate_tasks("train", 1, seed=6, intents=["password_reset"])[0]
+    assert task.customer.email != example.customer.email
+    exemplar = exemplar_redactor()(oracle_exemplars([example])[0])
+    assert exemplar.messages[1].text() == '{"tool": "reset_password", "args": {"email": "<EMAIL_1>"}}'
+    harness = weak_harness().model_copy(update={"memory": [exemplar], "memory_k": 1})
+    outputs = oracle_outputs(task)
+
+    def respond(messages):
+        turn = sum(1 for m in messages if m["role"] == "assistant") - 1  # minus the exemplar's action
+        return outputs[min(max(turn, 0), len(outputs) - 1)]
+
+    store = Store.open(f"sqlite:///{tmp_path / 'v.db'}")
+    router = HarnessRouter(store.engine, refresh_interval_s=3600, live_values=live_values_function())
+    plane = ControlPlane(store, router=router)
+    plane.bootstrap(harness)
+    try:
+        with (
+            MockOpenAI(respond) as upstream,
+            proxy_with_control(upstream.base_url, store, tmp_path, router, plane) as (url, _),
+        ):
+            proxied = run_episode(
+                openai.OpenAI(base_url=url, api_key="x"), "m", task, None, proxy_session=True, apply_harness="proxy"
+            )
+            first_direct = len(upstream.chat_requests)
+            direct = run_episode(openai.OpenAI(base_url=upstream.base_url, api_key="x"), "m", task, harness)
+            assert proxied.success and direct.success
+            via_proxy = upstream.chat_requests[0]["messages"]
+            via_agent = upstream.chat_requests[first_direct]["messages"]
+    finally:
+        store.close()
+    shown = via_proxy[2]["content"]  # the exemplar's first action, the turn the model copies
+    assert shown == f'{{"tool": "reset_password", "args": {{"email": "{task.customer.email}"}}}}'
+    assert via_proxy[1]["content"] == exemplar.messages[0].text()  # the exemplar's ticket keeps its placeholders
+    text = str(via_proxy)
+    assert example.customer.email not in text and example.customer.name not in text
+    assert via_agent == via_proxy  # client mode renders what the proxy serves

@@ -101,3 +101,32 @@ def test_episodes_through_the_proxy_are_stored_with_tool_steps_and_signals(polic
         assert tool_steps > 0
     finally:
         store.close()
+
+
+def test_redacted_exemplars_teach_the_reset_of_the_live_customers_own_email(policy_server: str) -> None:
+    """The memory lever's exemplars are redacted (`reset_password {"email": "<EMAIL_1>"}`); the 135M model
+    copies the action it is shown, so with the live ticket's values in it, it resets the ticket's own email
+    (benchmarks/exemplar_values.py: 0/6 with the placeholders as recorded, 6/6 with the live values)."""
+    from evolvable.app.redaction import exemplar_redactor
+    from evolvable.governance.redaction import live_values
+
+    redact = exemplar_redactor()
+    examples = generate_tasks("train", 2, seed=7, intents=["password_reset"])
+    memory = [redact(ex) for ex in oracle_exemplars(examples)]
+    assert all('"<EMAIL_1>"' in ex.messages[1].text() for ex in memory)
+    harness = default_harness(memory=memory)
+    client = openai.OpenAI(base_url=policy_server, api_key="x", max_retries=0, timeout=600)
+    for task in generate_tasks("holdout", 2, seed=11, intents=["password_reset"]):
+        episode = run_episode(
+            client,
+            "smollm2-135m",
+            task,
+            harness,
+            max_turns=1,
+            max_tokens=48,
+            proxy_session=False,
+            live_values=live_values,
+        )
+        first = episode.turns[0]
+        assert first.tool == "reset_password" and first.args == {"email": task.customer.email}, first.output
+        assert all(ex.customer.email not in first.output for ex in examples)

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from evolvable.control.router import HarnessRouter
     from evolvable.governance import Governance
     from evolvable.governance.redaction.tokenizer_registry import TokenizerRegistry
+    from evolvable.protocol.harness import LiveValues
     from evolvable.proxy.hooks import Authenticator
 
 
@@ -123,7 +124,7 @@ def build_stack(config: EvolvableConfig, *, log_dir: Path | None = None) -> Stac
             governor, authenticator = governance.governor, governance.authenticator
             routers += governance.routers
         if config.control.enabled:
-            router = stack.router = HarnessRouter(stack.store.engine)
+            router = stack.router = HarnessRouter(stack.store.engine, live_values=_live_values(config))
             planes = stack.planes = _planes(stack, router=router)
             routers.append(
                 create_control_router(
@@ -153,6 +154,14 @@ def build_stack(config: EvolvableConfig, *, log_dir: Path | None = None) -> Stac
         stack.close()
         raise
     return stack
+
+
+def _live_values(config: EvolvableConfig) -> LiveValues:
+    """Exemplars served with the live conversation's own values in place of their placeholders, found by the
+    recognizers governance redacts with (client-mode workload agents use the same default recognizers)."""
+    from evolvable.governance.redaction import live_values_function
+
+    return live_values_function(person_names=config.governance.person_names)
 
 
 def _export_continuously(stack: Stack, app: FastAPI) -> None:

@@ -23,7 +23,7 @@ from evolvable.control.registry import DEFAULT_TENANT, Registry
 from evolvable.control.statistics import Clusterer
 from evolvable.control.task_clusters import ClustererStore, FittedClusterer
 from evolvable.errors import NotFound
-from evolvable.protocol.harness import Harness, render_messages
+from evolvable.protocol.harness import Harness, LiveValues, render_messages
 from evolvable.protocol.models import ChatMessage
 from evolvable.proxy.hooks import RewriteResult, SessionContext  # the seam's types; the proxy owns them
 from evolvable.store.engine import Engine
@@ -93,7 +93,10 @@ class HarnessRouter:
         clusterer: Clusterer | None = None,
         max_sessions: int = 100_000,
         learn_clusters: bool = True,
+        live_values: LiveValues | None = None,
     ) -> None:
+        """`live_values` (governance's, given by the composition root) shows exemplar placeholders as the live
+        conversation's own values (`render_messages`); without it exemplars keep their placeholders."""
         self.versions = ServedVersions(
             Registry(engine, tenant=None),
             Journal(engine, tenant=None),
@@ -101,6 +104,7 @@ class HarnessRouter:
         )
         self.refresh_interval_s = refresh_interval_s
         self.clusterer = clusterer  # for memory retrieval by cluster
+        self.live_values = live_values
         self.max_sessions = max_sessions
         self._sessions: OrderedDict[str, Assignment] = OrderedDict()
         self._replay_harnesses: dict[str, Harness] = {}
@@ -252,7 +256,9 @@ class HarnessRouter:
         clusterer = learned or self.clusterer
         if cluster is None and clusterer is not None and task_text:
             cluster = clusterer.predict(task_text)
-        messages = render_messages(harness, conversation, task_text=task_text, cluster=cluster)
+        messages = render_messages(
+            harness, conversation, task_text=task_text, cluster=cluster, live_values=self.live_values
+        )
         out = {**body, "messages": [m.model_dump(mode="json", exclude_none=True) for m in messages]}
         if isinstance(body.get("tools"), list) and harness.tools:
             out["tools"] = [_with_description(t, harness) for t in body["tools"]]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pydantic import Field
@@ -134,19 +135,72 @@ def exemplar_up_to_step(exemplar: MemoryExemplar, step: int) -> list[ChatMessage
     return list(exemplar.messages)
 
 
+PLACEHOLDER = re.compile(r"<[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)*_[0-9]+>")
+"""A typed placeholder of governance's redaction (`<EMAIL_1>`, `<CREDIT_CARD_2>`): a kind, then a number
+given by the value's first appearance in its trajectory."""
+
+LiveValues = Callable[[Sequence[ChatMessage]], Mapping[str, str]]
+"""The live conversation (its non-system messages, in order) -> `{"<EMAIL_1>": "bob@example.com", ...}`:
+each value of the conversation under the placeholder the redaction of that conversation would give it.
+Computed by the caller (governance owns the recognizers); the protocol layer only substitutes."""
+
+
+def fill_placeholders(text: str, values: Mapping[str, str]) -> str:
+    """`text` with each placeholder that has a value replaced by it; the others are left as they are."""
+    return PLACEHOLDER.sub(lambda m: values.get(m.group(0), m.group(0)), text)
+
+
+def _with_values(message: ChatMessage, values: Mapping[str, str]) -> ChatMessage:
+    content = message.content
+    if isinstance(content, str):
+        filled: str | list[dict[str, Any]] | None = fill_placeholders(content, values)
+    elif isinstance(content, list):
+        filled = [
+            {**part, "text": fill_placeholders(part["text"], values)}
+            if isinstance(part, dict) and isinstance(part.get("text"), str)
+            else part
+            for part in content
+        ]
+    else:
+        return message
+    return message.model_copy(update={"content": filled})
+
+
 def render_messages(
-    harness: Harness, conversation: list[ChatMessage], task_text: str | None = None, cluster: str | None = None
+    harness: Harness,
+    conversation: list[ChatMessage],
+    task_text: str | None = None,
+    cluster: str | None = None,
+    live_values: LiveValues | None = None,
 ) -> list[ChatMessage]:
     """Apply the harness to a conversation: one system message, retrieved exemplars, then the
     conversation without its own system messages (the harness owns the system prompt).
 
     Each exemplar is shown up to the step the conversation has reached (`exemplar_up_to_step`): as many
-    assistant turns as the conversation has, plus the one to take next."""
+    assistant turns as the conversation has, plus the one to take next.
+
+    Exemplars come from redacted trajectories, so they hold placeholders (`<EMAIL_1>`), and a small model
+    copies them literally into its own action (`reset_password {"email": "<EMAIL_1>"}`, 3 of 3 measured on
+    the support desk with SmolLM2-135M). With `live_values`, each placeholder in an exemplar's assistant
+    turns (the actions the model copies) that the live conversation has a value for (same kind, same
+    number by first appearance) is shown as that value; only values already in the live conversation are
+    ever shown. The exemplar's user turns keep their placeholders: filled with the live customer's name
+    and email too, the ticket read as the live one and the model took another action on 3 of 6 order
+    status tickets (benchmarks/exemplar_values.py). `live_values` is called only when an assistant turn
+    shown holds a placeholder."""
     if task_text is None:
         task_text = next((m.text() for m in conversation if m.role == "user"), "")
     step = sum(1 for m in conversation if m.role == "assistant")
+    dialogue = [m for m in conversation if m.role not in ("system", "developer")]
+    shown = [exemplar_up_to_step(ex, step) for ex in retrieve_memory(harness, task_text, cluster)]
+    if live_values is not None and any(
+        m.role == "assistant" and PLACEHOLDER.search(m.text()) for turns in shown for m in turns
+    ):
+        values = live_values(dialogue)
+        if values:
+            shown = [[_with_values(m, values) if m.role == "assistant" else m for m in turns] for turns in shown]
     out = [ChatMessage(role="system", content=render_system_prompt(harness, cluster))]
-    for ex in retrieve_memory(harness, task_text, cluster):
-        out.extend(exemplar_up_to_step(ex, step))
-    out.extend(m for m in conversation if m.role not in ("system", "developer"))
+    for turns in shown:
+        out.extend(turns)
+    out.extend(dialogue)
     return out

@@ -18,6 +18,7 @@ from evolvable.governance.redaction.engine import (
 )
 from evolvable.governance.redaction.events import EventRedactor
 from evolvable.governance.redaction.findings import Finding
+from evolvable.governance.redaction.live_values import live_values, live_values_function, placeholder_values
 from evolvable.governance.redaction.recognizers import Recognizer, RegexRecognizer, default_recognizers
 from evolvable.governance.redaction.stream import StreamRedactor
 from evolvable.governance.redaction.token_ids import TokenCodec, TokenIdsMismatch
@@ -39,5 +40,8 @@ __all__ = [
     "TokenizerRegistry",
     "default_engine",
     "default_recognizers",
+    "live_values",
+    "live_values_function",
+    "placeholder_values",
     "redact_text",
 ]

@@ -22,7 +22,8 @@ import openai
 from evolvable.control.exploration import ExplorationReport
 from evolvable.control.gates import TaskOutcome
 from evolvable.control.models import PolicySpec
-from evolvable.protocol.harness import Harness, MemoryExemplar, render_messages
+from evolvable.governance.redaction.live_values import live_values as conversation_values
+from evolvable.protocol.harness import Harness, LiveValues, MemoryExemplar, render_messages
 from evolvable.protocol.models import (
     ChatMessage,
     CompletionChoice,
@@ -84,14 +85,25 @@ def _signals(verdict: Verdict) -> list[Signal]:
 
 
 def run_episode(
-    client: openai.OpenAI, model: str, task: Task, harness: Harness, *, max_turns: int = 4, max_tokens: int = 96
+    client: openai.OpenAI,
+    model: str,
+    task: Task,
+    harness: Harness,
+    *,
+    max_turns: int = 4,
+    max_tokens: int = 96,
+    live_values: LiveValues | None = conversation_values,
 ) -> Episode:
+    """One ticket to its end; `live_values` shows exemplar placeholders as the ticket's own values, as the
+    proxy does (`render_messages`)."""
     directory = Directory.for_task(task)
     conversation = [ChatMessage(role="user", content=task.prompt())]
     steps: list[Any] = []
     previous: tuple[str, dict[str, Any]] | None = None
     for _ in range(max_turns):
-        messages = render_messages(harness, conversation, task_text=task.prompt(), cluster=task.intent)
+        messages = render_messages(
+            harness, conversation, task_text=task.prompt(), cluster=task.intent, live_values=live_values
+        )
         reply = client.chat.completions.create(
             model=model,
             messages=cast(Any, [m.model_dump(mode="json", exclude_none=True) for m in messages]),

@@ -23,7 +23,8 @@ import openai
 from pydantic import Field
 
 from evolvable.errors import UpstreamError
-from evolvable.protocol.harness import Harness, render_messages
+from evolvable.governance.redaction.live_values import live_values as conversation_values
+from evolvable.protocol.harness import Harness, LiveValues, render_messages
 from evolvable.protocol.models import (
     ChatMessage,
     CompletionChoice,
@@ -164,12 +165,14 @@ def run_episode(
     apply_harness: Literal["client", "proxy"] = "client",
     max_tokens: int = 64,
     extra_body: dict[str, Any] | None = None,
+    live_values: LiveValues | None = conversation_values,
 ) -> EpisodeResult:
     """Run one task to its end (a reply, an escalation, `max_turns`, or an upstream error).
 
     `proxy_session`: True requires an Evolvable proxy, False never opens a session, None
     opens one when the endpoint answers `POST /v1/sessions`. With `apply_harness="proxy"`
-    the agent sends only the conversation and the proxy adds the registered harness.
+    the agent sends only the conversation and the proxy adds the registered harness. `live_values` shows
+    exemplar placeholders as the ticket's own values, as the proxy does (`render_messages`).
     """
     if apply_harness == "client" and harness is None:
         harness = default_harness()
@@ -188,7 +191,9 @@ def run_episode(
 
     for _ in range(max_turns):
         if harness is not None and apply_harness == "client":
-            messages = render_messages(harness, conversation, task_text=task.prompt(), cluster=task.cluster)
+            messages = render_messages(
+                harness, conversation, task_text=task.prompt(), cluster=task.cluster, live_values=live_values
+            )
         else:
             messages = list(conversation)
         t0 = time.perf_counter()

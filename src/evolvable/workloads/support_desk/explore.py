@@ -34,7 +34,8 @@ from typing import Any
 
 import openai
 
-from evolvable.protocol.harness import Harness, MemoryExemplar, ToolSpec, render_messages
+from evolvable.governance.redaction.live_values import live_values as conversation_values
+from evolvable.protocol.harness import Harness, LiveValues, MemoryExemplar, ToolSpec, render_messages
 from evolvable.protocol.models import ChatMessage
 from evolvable.workloads.support_desk.environment import SupportDeskEnv
 from evolvable.workloads.support_desk.harnesses import exemplar_from_outputs
@@ -110,13 +111,16 @@ class SearchExplorer:
         max_episodes: int = 16,
         seed: int = 0,
         parallel: int = 8,
+        live_values: LiveValues | None = conversation_values,
     ) -> None:
-        """`parallel`: greedy episodes of one search depth run at once (1: one by one)."""
+        """`parallel`: greedy episodes of one search depth run at once (1: one by one). `live_values` renders
+        exemplars as the agent does (`run_episode`), so what the search finds is what the agent would do."""
         if not harness.tools:
             raise ValueError("exploration needs a harness with tools")
         self.client = client
         self.model = model
         self.harness = harness
+        self.live_values = live_values
         self.temperature = temperature
         self.text_samples = max(1, text_samples)
         self.max_turns = max_turns
@@ -176,7 +180,9 @@ class SearchExplorer:
         outputs: list[str] = []
         wrote_text = False
         for step, tool in enumerate(plan):
-            messages = render_messages(self.harness, conversation, task_text=task.prompt(), cluster=task.cluster)
+            messages = render_messages(
+                self.harness, conversation, task_text=task.prompt(), cluster=task.cluster, live_values=self.live_values
+            )
             action, wrote = self._action(tool, messages, conversation, sample if step == len(plan) - 1 else 0)
             wrote_text |= wrote
             outputs.append(action)
