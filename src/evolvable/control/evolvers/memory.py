@@ -100,13 +100,21 @@ class MemoryEvolver:
             )
         keep = [ex for ex in harness.memory if ex.cluster not in added]
         candidate = harness.model_copy(
-            update={"memory": (new + keep)[: self.max_exemplars], "memory_k": max(harness.memory_k, 1)}
+            update={"memory": (new + keep)[: self.max_exemplars], "memory_k": self._cluster_k(harness.memory_k)}
         )
         return HarnessCandidate(
             harness=candidate,
             note="memory: explored exemplars for " + ", ".join(f"{c} ({len(v)})" for c, v in added.items()),
             changes={"added_exemplars": added, "exploration": report.to_dict()},
         )
+
+    def _cluster_k(self, memory_k: int) -> int:
+        """Retrieve as many exemplars as the lever adds per cluster: a request sees every worked example of
+        its cluster, so the values that differ between them (ids, amounts) read as the ticket's own, not as
+        constants to copy. With one exemplar shown, the 135M model copied its user id into tickets worded
+        differently (IT helpdesk, varied wordings, 2026-11-26, 20 tickets of an unused seed: 16/20 with k 1,
+        18/20 with k 2)."""
+        return max(memory_k, self.per_cluster, 1)
 
     def _candidates(self, ctx: EvolveContext, cluster: str) -> list[RunSummary]:
         good = [r for r in ctx.runs if r.cluster == cluster and r.success and not r.violations and not r.tool_errors]
@@ -170,7 +178,7 @@ class MemoryEvolver:
         if not new:
             raise LeverUnavailable(f"no usable successful trajectories for clusters {clusters}")
         memory = (new + keep)[: self.max_exemplars]
-        memory_k = max(harness.memory_k, 1)
+        memory_k = self._cluster_k(harness.memory_k)
         candidate = harness.model_copy(update={"memory": memory, "memory_k": memory_k})
         return HarnessCandidate(
             harness=candidate,
