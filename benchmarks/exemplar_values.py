@@ -30,6 +30,7 @@ from evolvable.protocol.models import ChatMessage
 from evolvable.workloads.support_desk import default_harness, evaluate, generate_tasks
 from evolvable.workloads.support_desk.harnesses import oracle_exemplars
 from evolvable.workloads.support_desk.tasks import REGULAR_INTENTS
+from exemplar_steps import pick  # the same report tickets per intent as the step-rendering benchmark
 
 RESULTS = Path(__file__).parent / "results" / "exemplar_values.json"
 
@@ -61,16 +62,6 @@ def render_every_turn(
     values = live_values(dialogue)
     filled = [m.model_copy(update={"content": fill_placeholders(m.text(), values)}) for m in shown]
     return [out[0], *filled, *out[len(out) - len(dialogue) :]]
-
-
-def pick(tasks: list[Any], per_intent: int) -> list[Any]:
-    counts: Counter[str] = Counter()
-    out = []
-    for task in tasks:
-        if counts[task.intent] < per_intent:
-            counts[task.intent] += 1
-            out.append(task)
-    return out
 
 
 def main() -> None:
