@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from evolvable.protocol.harness import Harness, MemoryExemplar, fill_placeholders, render_messages
-from evolvable.protocol.models import ChatMessage
+from evolvable.protocol.models import ChatMessage, FunctionCall, ToolCall
 
 
 def harness_with(*turns: tuple[str, str]) -> Harness:
@@ -85,3 +85,27 @@ def test_the_exemplar_is_cut_at_the_conversation_step_and_its_actions_filled() -
     assert rendered[4].text() == '{"tool": "reply_to_customer", "args": {"message": "Sent."}}'
     assert rendered[2].text() == '{"tool": "reset_password", "args": {"email": "ann@example.com"}}'
     assert values.calls == [conversation]  # system messages are not part of the conversation's numbering
+
+
+def test_native_tool_call_arguments_are_filled_too() -> None:
+    """Agents on the tools API act through `tool_calls`, not JSON in the content: their exemplars' calls get
+    the live values as well, and the recorded exemplar stays as it was."""
+    call = ToolCall(id="call_1", function=FunctionCall(name="reset_password", arguments='{"email": "<EMAIL_1>"}'))
+    exemplar = MemoryExemplar(
+        id="ex",
+        cluster="c",
+        task_input="reset for <EMAIL_1>",
+        messages=[
+            ChatMessage(role="user", content="reset for <EMAIL_1>"),
+            ChatMessage(role="assistant", content=None, tool_calls=[call]),
+        ],
+    )
+    harness = Harness(agent="a", system_prompt="Act.", memory=[exemplar], memory_k=1)
+    values = Recorder({"<EMAIL_1>": "ann@example.com"})
+    rendered = render_messages(harness, LIVE, cluster="c", live_values=values)
+    (shown_call,) = rendered[2].tool_calls or []
+    assert (
+        shown_call.function.arguments == '{"email": "ann@example.com"}' and shown_call.function.name == "reset_password"
+    )
+    assert rendered[2].content is None and values.calls == [LIVE]
+    assert call.function.arguments == '{"email": "<EMAIL_1>"}'

@@ -150,20 +150,40 @@ def fill_placeholders(text: str, values: Mapping[str, str]) -> str:
     return PLACEHOLDER.sub(lambda m: values.get(m.group(0), m.group(0)), text)
 
 
-def _with_values(message: ChatMessage, values: Mapping[str, str]) -> ChatMessage:
-    content = message.content
+def _action_texts(message: ChatMessage) -> list[str]:
+    """What an assistant turn does: its text and its native tool calls' arguments (agents on the tools API)."""
+    return [message.text(), *(call.function.arguments for call in message.tool_calls or ())]
+
+
+def _filled_content(content: Any, values: Mapping[str, str]) -> Any:
     if isinstance(content, str):
-        filled: str | list[dict[str, Any]] | None = fill_placeholders(content, values)
-    elif isinstance(content, list):
-        filled = [
+        return fill_placeholders(content, values)
+    if isinstance(content, list):
+        return [
             {**part, "text": fill_placeholders(part["text"], values)}
             if isinstance(part, dict) and isinstance(part.get("text"), str)
             else part
             for part in content
         ]
-    else:
-        return message
-    return message.model_copy(update={"content": filled})
+    return content
+
+
+def _with_values(message: ChatMessage, values: Mapping[str, str]) -> ChatMessage:
+    """The assistant turn with its placeholders filled: in its content and in its tool calls' arguments."""
+    calls = [
+        call.model_copy(
+            update={
+                "function": call.function.model_copy(
+                    update={"arguments": fill_placeholders(call.function.arguments, values)}
+                )
+            }
+        )
+        for call in message.tool_calls or ()
+    ]
+    update: dict[str, Any] = {"content": _filled_content(message.content, values)}
+    if message.tool_calls:
+        update["tool_calls"] = calls
+    return message.model_copy(update=update)
 
 
 def render_messages(
@@ -194,7 +214,10 @@ def render_messages(
     dialogue = [m for m in conversation if m.role not in ("system", "developer")]
     shown = [exemplar_up_to_step(ex, step) for ex in retrieve_memory(harness, task_text, cluster)]
     if live_values is not None and any(
-        m.role == "assistant" and PLACEHOLDER.search(m.text()) for turns in shown for m in turns
+        m.role == "assistant" and PLACEHOLDER.search(text)
+        for turns in shown
+        for m in turns
+        for text in _action_texts(m)
     ):
         values = live_values(dialogue)
         if values:
