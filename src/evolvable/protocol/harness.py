@@ -150,9 +150,10 @@ def fill_placeholders(text: str, values: Mapping[str, str]) -> str:
     return PLACEHOLDER.sub(lambda m: values.get(m.group(0), m.group(0)), text)
 
 
-def _action_texts(message: ChatMessage) -> list[str]:
-    """What an assistant turn does: its text and its native tool calls' arguments (agents on the tools API)."""
-    return [message.text(), *(call.function.arguments for call in message.tool_calls or ())]
+def message_texts(message: ChatMessage) -> list[str]:
+    """A message's texts in the order redaction visits them: its content, then its native tool calls' arguments
+    (agents on the tools API act through those)."""
+    return [message.text(), *(call.function.arguments for call in message.tool_calls or () if call.function.arguments)]
 
 
 def _filled_content(content: Any, values: Mapping[str, str]) -> Any:
@@ -217,7 +218,7 @@ def render_messages(
         m.role == "assistant" and PLACEHOLDER.search(text)
         for turns in shown
         for m in turns
-        for text in _action_texts(m)
+        for text in message_texts(m)
     ):
         values = live_values(dialogue)
         if values:

@@ -12,10 +12,46 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Generic, TypeVar
 
+import openai
+
 from evolvable.control.exploration import ExplorationReport
 from evolvable.protocol.harness import Harness, MemoryExemplar
+from evolvable.protocol.models import ChatMessage
 
 EpisodeT = TypeVar("EpisodeT")
+
+SENTENCE_STOPS = ('"', "\n", ".", "!", "?")
+"""Model-written text in an explored action ends at its closing quote or its first sentence: a worked example
+the model will copy must be short; long model text rambles, repeats itself and overruns the token limit."""
+
+
+def prefill_wire(messages: Sequence[ChatMessage], prefix: str) -> list[dict[str, Any]]:
+    """The request's messages with a final assistant message `prefix` for the server to continue."""
+    return [*(m.model_dump(mode="json", exclude_none=True) for m in messages), {"role": "assistant", "content": prefix}]
+
+
+def continue_prefill(
+    client: openai.OpenAI,
+    model: str,
+    wire: list[dict[str, Any]],
+    *,
+    max_tokens: int,
+    temperature: float = 0.0,
+    seed: int | None = None,
+) -> str:
+    """One sentence the model writes continuing the final assistant message of `wire` (`continue_final_message`,
+    as the embedded policy server and vLLM offer), ended with a dot when it stopped mid-sentence."""
+    completion = client.chat.completions.create(
+        model=model,
+        messages=wire,  # type: ignore[arg-type]
+        temperature=temperature,
+        max_tokens=max_tokens,
+        stop=list(SENTENCE_STOPS),
+        extra_body={"continue_final_message": True, "add_generation_prompt": False},
+        seed=seed if seed is not None else openai.omit,
+    )
+    text = (completion.choices[0].message.content or "").strip() if completion.choices else ""
+    return text + "." if text and text[-1].isalnum() else text
 
 
 class EpisodeMemo(Generic[EpisodeT]):

@@ -11,19 +11,12 @@ conversation already holds, so no other person's data can reach the upstream thi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import partial
+from functools import cache, partial
 
 from evolvable.errors import RedactionFailed
 from evolvable.governance.redaction.engine import PlaceholderMap, RedactionEngine
-from evolvable.protocol.harness import LiveValues
+from evolvable.protocol.harness import LiveValues, message_texts
 from evolvable.protocol.models import ChatMessage
-
-
-def _texts(message: ChatMessage) -> list[str]:
-    """The message's texts in the order the event redactor visits them: content, then tool-call arguments."""
-    texts = [message.text()]
-    texts += [call.function.arguments for call in message.tool_calls or () if call.function.arguments]
-    return texts
 
 
 def placeholder_values(engine: RedactionEngine, conversation: Sequence[ChatMessage]) -> dict[str, str]:
@@ -35,7 +28,7 @@ def placeholder_values(engine: RedactionEngine, conversation: Sequence[ChatMessa
     values: dict[str, str] = {}
     try:
         for message in conversation:
-            for text in _texts(message):
+            for text in message_texts(message):
                 for start, end, kind, _ in engine.find(text):
                     raw = text[start:end]
                     values.setdefault(placeholders.placeholder(kind, raw), raw)
@@ -54,15 +47,15 @@ def live_values_function(engine: RedactionEngine | None = None, *, person_names:
     return partial(placeholder_values, engine)
 
 
-_shared: LiveValues | None = None
+@cache
+def _default() -> LiveValues:
+    """One engine with the default recognizers for every caller, built on first use."""
+    return live_values_function()
 
 
 def live_values(conversation: Sequence[ChatMessage]) -> dict[str, str]:
     """`placeholder_values` with the default recognizers (what governance redacts with by default)."""
-    global _shared
-    if _shared is None:
-        _shared = live_values_function()
-    return dict(_shared(conversation))
+    return dict(_default()(conversation))
 
 
 __all__ = ["live_values", "live_values_function", "placeholder_values"]

@@ -34,7 +34,6 @@ import json
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import openai
 
@@ -42,13 +41,13 @@ from evolvable.protocol.harness import Harness, MemoryExemplar, render_messages
 from evolvable.protocol.models import ChatMessage
 from evolvable.workloads.it_helpdesk.environment import Directory, Verdict, verify
 from evolvable.workloads.it_helpdesk.tasks import Task
+from evolvable.workloads.runner import continue_prefill, prefill_wire
 
 READ_ONLY = frozenset({"lookup_user", "reply_to_user"})
 _USER_ID = re.compile(r"\bu\d{3}\b")
 _NUMBER = re.compile(r"\b\d{1,4}\b")
 _WORD = re.compile(r"[a-z][a-z0-9-]{2,}")
 REPLY_PREFIX = '{"tool": "reply_to_user", "args": {"message": "'
-_TEXT_STOPS = ('"', "\n", ".", "!", "?")
 
 
 @dataclass
@@ -140,18 +139,9 @@ class ItHelpdeskExplorer:
         conversation += [ChatMessage(role="assistant", content=found.outputs[0])]
         conversation += [ChatMessage(role="user", content=found.observations[0])]
         messages = render_messages(self.harness, conversation, task_text=task.prompt(), cluster=task.intent)
-        wire: list[dict[str, Any]] = [m.model_dump(mode="json", exclude_none=True) for m in messages]
-        wire.append({"role": "assistant", "content": REPLY_PREFIX})
-        completion = self.client.chat.completions.create(
-            model=self.model,
-            messages=wire,  # type: ignore[arg-type]
-            temperature=0.0,
-            max_tokens=self.max_text_tokens,
-            stop=list(_TEXT_STOPS),
-            extra_body={"continue_final_message": True, "add_generation_prompt": False},
+        return continue_prefill(
+            self.client, self.model, prefill_wire(messages, REPLY_PREFIX), max_tokens=self.max_text_tokens
         )
-        text = (completion.choices[0].message.content or "").strip() if completion.choices else ""
-        return text + "." if text and text[-1].isalnum() else text
 
 
 def _combinations(names: Sequence[str], values: dict[str, list[str]]) -> Iterator[dict[str, str]]:

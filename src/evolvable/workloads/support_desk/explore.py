@@ -37,6 +37,7 @@ import openai
 from evolvable.governance.redaction.live_values import live_values as conversation_values
 from evolvable.protocol.harness import Harness, LiveValues, MemoryExemplar, ToolSpec, render_messages
 from evolvable.protocol.models import ChatMessage
+from evolvable.workloads.runner import continue_prefill, prefill_wire
 from evolvable.workloads.support_desk.environment import SupportDeskEnv
 from evolvable.workloads.support_desk.harnesses import exemplar_from_outputs
 from evolvable.workloads.support_desk.tasks import Task
@@ -44,9 +45,6 @@ from evolvable.workloads.support_desk.verifiers import Verdict, verify
 
 _EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 _IDENTIFIER = re.compile(r"(?<![\w.-])#?([A-Z]{0,4}-?\d{4,})(?![\w-])")
-_TEXT_STOPS = ('"', "\n", ".", "!", "?")
-"""Free text ends at its closing quote or its first sentence: a worked example the model will copy
-must be short; long model text rambles, repeats itself and overruns the token limit when copied."""
 
 
 @dataclass
@@ -133,24 +131,18 @@ class SearchExplorer:
     def _write(self, messages: list[ChatMessage], prefix: str, sample: int) -> str:
         """The model's continuation of a prefilled assistant message, up to the closing quote (memoised:
         longer plans replay their prefix's turns)."""
-        wire: list[dict[str, Any]] = [m.model_dump(exclude_none=True) for m in messages]
-        wire.append({"role": "assistant", "content": prefix})
+        wire = prefill_wire(messages, prefix)
         key = hashlib.sha256(json.dumps([wire, sample], sort_keys=True).encode()).hexdigest()
         if key in self._written:
             return self._written[key]
-        completion = self.client.chat.completions.create(
-            model=self.model,
-            messages=wire,  # type: ignore[arg-type]
-            temperature=0.0 if sample == 0 else self.temperature,
+        text = continue_prefill(
+            self.client,
+            self.model,
+            wire,
             max_tokens=self.max_text_tokens,
+            temperature=0.0 if sample == 0 else self.temperature,
             seed=self.seed + sample,
-            stop=list(_TEXT_STOPS),
-            extra_body={"continue_final_message": True, "add_generation_prompt": False},
         )
-        text = (completion.choices[0].message.content or "") if completion.choices else ""
-        text = text.strip()
-        if text and text[-1].isalnum():
-            text += "."
         self._written[key] = text
         return text
 
