@@ -8,10 +8,13 @@ print it in place of met / not met.
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import platform
 import sys
 import threading
+import time
 from importlib import metadata
 from pathlib import Path
 from types import TracebackType
@@ -158,3 +161,21 @@ def environment(load: dict[str, Any] | None = None) -> dict[str, Any]:
         "packages": packages,
         "load_average": load,
     }
+
+
+def write_side_by_side(
+    out: Path, args: argparse.Namespace, body: dict[str, Any], started: float, load_start: tuple[float, ...]
+) -> dict[str, Any]:
+    """Write a side-by-side run's JSON (its arguments, `body`, wall time, the load average at both ends) and say
+    where, with the load: the figures are ratios within the run, and the load says how much they can be read."""
+    payload = {
+        "args": {k: str(v) for k, v in vars(args).items() if k != "out"},
+        **body,
+        "wall_s": time.perf_counter() - started,
+        "load_average_start": load_start,
+        "load_average_end": os.getloadavg(),
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(payload, indent=2))
+    print(f"load average {load_start[0]:.1f} -> {os.getloadavg()[0]:.1f}; {payload['wall_s']:.0f} s; wrote {out.name}")
+    return payload

@@ -19,9 +19,9 @@ Per intent counts show where a rendering helps or hurts.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +31,9 @@ from evolvable.policy_server.launcher import policy_server
 from evolvable.protocol.harness import MemoryExemplar
 from evolvable.workloads.support_desk import default_harness, evaluate, generate_tasks
 from evolvable.workloads.support_desk.replay import SupportDeskRunner
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_env import write_side_by_side
 
 RESULTS = Path(__file__).parent / "results" / "exemplar_rendering.json"
 PLACEHOLDER = re.compile(r"<(EMAIL|PERSON|ADDRESS|PHONE)_(\d+)>")
@@ -106,23 +109,19 @@ def main() -> None:
                 f"{name:13s} {result.success_rate:.0%}  "
                 + ", ".join(f"{k} {s}/{n}" for k, (s, n) in sorted(by_intent.items()))
             )
-    payload = {
-        "args": {k: str(v) for k, v in vars(args).items() if k != "out"},
-        "exploration": found.to_dict(),
-        "exemplars": {ex.cluster: ex.messages[0].text()[:200] for ex in renderings["surrogates"]},
-        "placeholder_examples": {
-            ex.cluster: [m.text()[:200] for m in ex.messages[:3]] for ex in renderings["placeholders"]
+    write_side_by_side(
+        args.out,
+        args,
+        {
+            "exploration": found.to_dict(),
+            "exemplars": {ex.cluster: ex.messages[0].text()[:200] for ex in renderings["surrogates"]},
+            "placeholder_examples": {
+                ex.cluster: [m.text()[:200] for m in ex.messages[:3]] for ex in renderings["placeholders"]
+            },
+            "arms": arms,
         },
-        "arms": arms,
-        "wall_s": time.perf_counter() - started,
-        "load_average_start": load_start,
-        "load_average_end": os.getloadavg(),
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(payload, indent=2))
-    print(
-        f"load average {load_start[0]:.1f} -> {os.getloadavg()[0]:.1f}; {payload['wall_s']:.0f} s; "
-        f"wrote {args.out.name}"
+        started,
+        load_start,
     )
 
 

@@ -14,8 +14,8 @@ first action was and whether the ticket succeeded.
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -28,6 +28,9 @@ from evolvable.protocol.models import ChatMessage
 from evolvable.workloads.support_desk import default_harness, evaluate, generate_tasks
 from evolvable.workloads.support_desk.harnesses import oracle_exemplars
 from evolvable.workloads.support_desk.tasks import REGULAR_INTENTS
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_env import write_side_by_side
 
 RESULTS = Path(__file__).parent / "results" / "exemplar_steps.json"
 
@@ -102,17 +105,15 @@ def main() -> None:
                 wins, n = arms[name]["by_intent"].get(intent, [0, 0])  # type: ignore[union-attr]
                 print(f"  {intent:22s} {wins}/{n}  first action {dict(first[intent])}", flush=True)
     agent_module.render_messages = render_messages
-    payload = {
-        "args": {k: str(v) for k, v in vars(args).items() if k != "out"},
-        "arms": arms,
-        "wall_s": time.perf_counter() - started,
-        "load_average_start": load_start,
-        "load_average_end": os.getloadavg(),
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(payload, indent=2))
-    load_end = os.getloadavg()[0]
-    print(f"load average {load_start[0]:.1f} -> {load_end:.1f}; {payload['wall_s']:.0f} s; wrote {args.out.name}")
+    write_side_by_side(
+        args.out,
+        args,
+        {
+            "arms": arms,
+        },
+        started,
+        load_start,
+    )
 
 
 if __name__ == "__main__":
