@@ -5,7 +5,13 @@ engine.redact_text("mail bob@example.com")                 # 'mail <EMAIL_1>'
 EventRedactor(engine).redact_events(events)                # per-trajectory consistent placeholders
 StreamRedactor(engine).feed(chunk) / .flush()              # bounded look-behind for streamed text
 EventRedactor(engine, tokenizers=TokenizerRegistry({"m": dir}))  # redacts llm_call token ids too
+
+The hot modules run compiled when `scripts/setup.sh` built them (see `native`): activated before they are imported.
 """
+
+from evolvable.governance.redaction import native
+
+native.activate(__name__)
 
 from evolvable.governance.redaction.engine import (
     FAILED_MARKER,
