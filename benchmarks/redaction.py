@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from evolvable.governance.redaction import RedactionEngine
+from evolvable.governance.redaction import RedactionEngine, native
 from evolvable.governance.redaction.evaluation import STRUCTURED_GROUPS, load_corpus, score
 from evolvable.governance.redaction.names import NameRecognizer
 from evolvable.governance.redaction.phones import valid_international, valid_national
@@ -183,9 +183,12 @@ def main() -> None:
             f"{speed / ours['mb_per_s']:.4f}x" if name != "ours" else "1x",
         )
     console.print(table)
+    engine = native.state()
     console.print(
-        f"ours: best pass {ours['mb_per_s']:.2f} MB/s, median pass {ours['mb_per_s_median']:.2f} MB/s (CPU time)"
+        f"ours ({engine.engine} modules: {engine.reason}): best pass {ours['mb_per_s']:.2f} MB/s, "
+        f"median pass {ours['mb_per_s_median']:.2f} MB/s (CPU time)"
     )
+    results["redaction_modules"] = {"engine": engine.engine, "reason": engine.reason}
     results_path.parent.mkdir(parents=True, exist_ok=True)
     results["machine"] = {"cpus": os.cpu_count(), "python": sys.version.split()[0], "load_average": os.getloadavg()}
     console.print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")

@@ -1,7 +1,7 @@
 """Checks that this tree's redactor finds exactly what a git revision's finds, on every corpus.
 
     .venv/bin/python benchmarks/redaction_equivalence.py --baseline main
-    .venv/bin/python benchmarks/redaction_equivalence.py --baseline main --tree build/native   # the mypyc build
+    .venv/bin/python benchmarks/redaction_equivalence.py --baseline HEAD   # the compiled build against its Python
 
 A speed-up of the engine must not change its findings. Each side runs in its own process (the baseline's
 `src/` taken from git, as in redaction_ab.py) and reports, per corpus record, the findings
@@ -69,7 +69,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", default="main", help="git revision to compare with")
     parser.add_argument(
-        "--tree", type=Path, default=ROOT / "src", help="the source root to check (build/native: the compiled build)"
+        "--tree", type=Path, default=ROOT / "src", help="the source root to check (its compiled build runs if current)"
     )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:

@@ -3,4 +3,4 @@
 # this too. The package loads them only while they match its sources (see evolvable/governance/redaction/native.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec "${PYTHON:-.venv/bin/python}" -m evolvable.governance.redaction.native build "$@"
+exec "${PYTHON:-.venv/bin/python}" -m evolvable.governance.redaction.compiled build "$@"

@@ -25,7 +25,7 @@ PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
 # The redaction engine's hot modules compiled with mypyc (same code, same findings, ~1.4x faster; skipped when
 # current). Without a C compiler redaction runs its Python modules, slower but identical.
 if command -v cc >/dev/null 2>&1; then
-  .venv/bin/python -m evolvable.governance.redaction.native build
+  .venv/bin/python -m evolvable.governance.redaction.compiled build
 else
   echo "warning: no C compiler (cc): redaction runs its Python modules; install gcc for the compiled build" >&2
 fi

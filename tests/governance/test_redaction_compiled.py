@@ -134,7 +134,7 @@ def test_the_digest_covers_every_compiled_module(tmp_path: Path) -> None:
 
 def test_status_command_names_the_engine_in_use() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "evolvable.governance.redaction.native", "status"],
+        [sys.executable, "-m", "evolvable.governance.redaction.compiled", "status"],
         check=True,
         capture_output=True,
         text=True,
@@ -142,7 +142,7 @@ def test_status_command_names_the_engine_in_use() -> None:
     ).stdout
     assert out.startswith("redaction engine: python (turned off by EVOLVABLE_REDACTION_COMPILED)")
     bad = subprocess.run(
-        [sys.executable, "-m", "evolvable.governance.redaction.native", "rebuild-everything"],
+        [sys.executable, "-m", "evolvable.governance.redaction.compiled", "rebuild-everything"],
         capture_output=True,
         text=True,
     )
