@@ -19,7 +19,7 @@ An event whose tenant differs from its trajectory's owner fails the whole call.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import cache
 from typing import Any, TypeVar
 
@@ -37,7 +37,7 @@ from evolvable.protocol.models import (
     utcnow,
 )
 from evolvable.store import pg_copy, sqlite_bulk
-from evolvable.store.rows import header_row, signal_row, step_row
+from evolvable.store.rows import STEP_COLUMNS, header_row, signal_row, step_row, step_values
 from evolvable.store.tables.trajectories import applied_events, signals, steps, trajectories
 from evolvable.store.tables.types import UTCDateTime
 
@@ -70,9 +70,14 @@ def _statements(dialect: str) -> dict[str, Any]:
         "insert_signals": insert(signals).on_conflict_do_nothing(),
         "insert_trajectories": insert(trajectories).on_conflict_do_nothing(),
         "insert_headers": insert(trajectories).on_conflict_do_nothing().returning(t.id),
-        "existing": sa.select(
-            t.id, t.tenant_id, t.placeholder, t.status, t.ended_at, t.header, t.harness_version, t.policy_version
-        ).where(t.id.in_(ids)),
+        # FOR KEY SHARE on PostgreSQL (the lock a foreign key check takes; there is none, see migration 0005):
+        # a purge cannot delete a trajectory while a batch appends to it, so no child outlives its parent.
+        "existing": _locked(
+            dialect,
+            sa.select(
+                t.id, t.tenant_id, t.placeholder, t.status, t.ended_at, t.header, t.harness_version, t.policy_version
+            ).where(t.id.in_(ids)),
+        ),
         "purged": sa.select(ledger.trajectory_id).where(ledger.trajectory_id.in_(ids), ~row_exists).distinct(),
         "headers": sa.select(t.id, t.header).where(t.id.in_(ids)),
         "end": sa.update(trajectories)
@@ -85,6 +90,10 @@ def _statements(dialect: str) -> dict[str, Any]:
             policy_version=sa.func.coalesce(t.policy_version, sa.bindparam("b_policy", type_=sa.String)),
         ),
     }
+
+
+def _locked(dialect: str, query: sa.Select[Any]) -> sa.Select[Any]:
+    return query.with_for_update(read=True, key_share=True) if dialect == "postgresql" else query
 
 
 def dialect_insert(conn: sa.Connection, table: sa.Table) -> postgresql.Insert | sqlite.Insert:
@@ -125,13 +134,30 @@ def apply(conn: sa.Connection, events: Sequence[AnyEvent], *, optimistic: bool =
     ended_on_insert = _write_headers(conn, starts, existing, ends, optimistic)
     _write_placeholders(conn, [e for e in new if e.trajectory_id not in existing and e.trajectory_id not in starts])
 
-    step_rows = [step_row(e.trajectory_id, e.step) for e in new if isinstance(e, StepAppended)]
-    _insert_new(conn, steps, step_rows, optimistic)
+    step_events = [e for e in new if isinstance(e, StepAppended)]
+    if optimistic and len(step_events) >= COPY_MIN_ROWS:
+        # Each row is made (its body serialized) while COPY sends the ones before: the server parses rows
+        # on one core while the client makes the next on another, instead of one after the other.
+        pg_copy.copy_stream(conn, steps, STEP_COLUMNS, _step_values_for_copy(step_events))
+    else:
+        _insert_new(conn, steps, [step_row(e.trajectory_id, e.step) for e in step_events], optimistic)
     signal_rows = [signal_row(e.trajectory_id, e.signal) for e in new if isinstance(e, SignalAttached)]
     _insert_new(conn, signals, signal_rows, optimistic)
     _write_versions(conn, [e for e in new if isinstance(e, VersionsNamed)])
     _write_ends(conn, [e for e in ends if e.trajectory_id not in ended_on_insert])
     return len(new)
+
+
+def _step_values_for_copy(events: Iterable[StepAppended]) -> Iterator[tuple[Any, ...]]:
+    for e in events:
+        values = step_values(e.trajectory_id, e.step)
+        started = values[_STARTED_AT]
+        if started.tzinfo is None:  # (naive means UTC, as `UTCDateTime` binds it; binary COPY needs it aware)
+            values = (*values[:_STARTED_AT], started.replace(tzinfo=UTC), *values[_STARTED_AT + 1 :])
+        yield values
+
+
+_STARTED_AT = STEP_COLUMNS.index("started_at")
 
 
 def _insert_new(conn: sa.Connection, table: sa.Table, rows: Sequence[dict[str, Any]], optimistic: bool) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
@@ -19,6 +20,9 @@ from evolvable.store.rows import assemble, header_from_row
 from evolvable.store.tables.trajectories import signals, steps, trajectories
 
 log = logging.getLogger(__name__)
+
+_Batch = tuple[Sequence[sa.RowMapping], dict[str, list[tuple[str, str]]], dict[str, list[tuple[str | None, str]]]]
+"""One keyset batch of `iter_trajectories`: header rows, and (step id, stored text) of steps and signals by id."""
 
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 _T = trajectories.c
@@ -119,9 +123,12 @@ class Store:
                 ids = list(conn.scalars(sa.select(_T.id).where(*f.where()).limit(batch_size)))
                 if not ids:
                     return removed
-                conn.execute(sa.delete(steps).where(steps.c.trajectory_id.in_(ids)))
-                conn.execute(sa.delete(signals).where(signals.c.trajectory_id.in_(ids)))
-                removed += conn.execute(sa.delete(trajectories).where(_T.id.in_(ids))).rowcount
+                # Parents first: on PostgreSQL this waits for writers holding them (ingest locks the parents it
+                # appends to), so the children deleted next include theirs (no foreign key cascades them).
+                gone = list(conn.scalars(sa.delete(trajectories).where(_T.id.in_(ids)).returning(_T.id)))
+                conn.execute(sa.delete(steps).where(steps.c.trajectory_id.in_(gone)))
+                conn.execute(sa.delete(signals).where(signals.c.trajectory_id.in_(gone)))
+                removed += len(gone)
 
     # ----------------------------------------------------------------- reads
 
@@ -169,46 +176,60 @@ class Store:
         return page, next_cursor
 
     def iter_trajectories(self, f: TrajectoryFilter, batch_size: int = 200) -> Iterator[Trajectory]:
-        """Every matching trajectory, oldest first, `batch_size` at a time (memory stays bounded).
+        """Every matching trajectory, oldest first, `batch_size` at a time (memory stays bounded: two batches).
 
         Keyset batches, each on a short-lived connection: no transaction is held open
         while the caller works, and rows written meanwhile after the position are seen.
+        The next batch is fetched on a helper thread while this one is assembled and consumed: the
+        database (its own process, or SQLite's engine, which releases the GIL) works on one core
+        while the models are built on another.
         """
         if batch_size < 1:
             raise StoreError("batch_size must be at least 1")
-        position: tuple[Any, str] | None = None
-        while True:
-            query = sa.select(trajectories).where(*f.where())
-            if position is not None:
-                query = query.where(sa.tuple_(_T.started_at, _T.id) > sa.tuple_(*position))
-            query = query.order_by(_T.started_at, _T.id).limit(batch_size)
-            with self.engine.connect() as conn:
-                headers = conn.execute(query).mappings().all()
-                if not headers:
-                    return
-                ids = [h["id"] for h in headers]
-                step_rows = conn.execute(
-                    sa.select(steps.c.trajectory_id, steps.c.step_id, _STEP_TEXT)
-                    .where(steps.c.trajectory_id.in_(ids))
-                    .order_by(steps.c.seq)
-                ).all()
-                signal_rows = conn.execute(
-                    sa.select(signals.c.trajectory_id, signals.c.step_id, _SIGNAL_TEXT)
-                    .where(signals.c.trajectory_id.in_(ids))
-                    .order_by(signals.c.seq)
-                ).all()
-            by_steps: dict[str, list[tuple[str, str]]] = {i: [] for i in ids}
-            by_signals: dict[str, list[tuple[str | None, str]]] = {i: [] for i in ids}
-            for tid, step_id, text in step_rows:
-                by_steps[tid].append((step_id, text))
-            for tid, step_id, text in signal_rows:
-                by_signals[tid].append((step_id, text))
-            del step_rows, signal_rows
-            for h in headers:
-                yield assemble(h, by_steps.pop(h["id"]), by_signals.pop(h["id"]))
-            position = (headers[-1]["started_at"], headers[-1]["id"])
-            if len(headers) < batch_size:
-                return
+        fetcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evolvable-read")
+        try:
+            batch = self._read_batch(f, None, batch_size)
+            while batch is not None:
+                headers, by_steps, by_signals = batch
+                upcoming: Future[_Batch | None] | None = None
+                if len(headers) == batch_size:
+                    position = (headers[-1]["started_at"], headers[-1]["id"])
+                    upcoming = fetcher.submit(self._read_batch, f, position, batch_size)
+                for h in headers:
+                    yield assemble(h, by_steps.pop(h["id"]), by_signals.pop(h["id"]))
+                del headers, by_steps, by_signals, batch
+                batch = None if upcoming is None else upcoming.result()
+        finally:
+            fetcher.shutdown(wait=False, cancel_futures=True)
+
+    def _read_batch(self, f: TrajectoryFilter, position: tuple[Any, str] | None, batch_size: int) -> _Batch | None:
+        """The headers after `position`, with their steps' and signals' (step id, stored text), by trajectory."""
+        query = sa.select(trajectories).where(*f.where())
+        if position is not None:
+            query = query.where(sa.tuple_(_T.started_at, _T.id) > sa.tuple_(*position))
+        query = query.order_by(_T.started_at, _T.id).limit(batch_size)
+        with self.engine.connect() as conn:
+            headers = conn.execute(query).mappings().all()
+            if not headers:
+                return None
+            ids = [h["id"] for h in headers]
+            step_rows = conn.execute(
+                sa.select(steps.c.trajectory_id, steps.c.step_id, _STEP_TEXT)
+                .where(steps.c.trajectory_id.in_(ids))
+                .order_by(steps.c.seq)
+            ).all()
+            signal_rows = conn.execute(
+                sa.select(signals.c.trajectory_id, signals.c.step_id, _SIGNAL_TEXT)
+                .where(signals.c.trajectory_id.in_(ids))
+                .order_by(signals.c.seq)
+            ).all()
+        by_steps: dict[str, list[tuple[str, str]]] = {i: [] for i in ids}
+        by_signals: dict[str, list[tuple[str | None, str]]] = {i: [] for i in ids}
+        for tid, step_id, text in step_rows:
+            by_steps[tid].append((step_id, text))
+        for tid, step_id, text in signal_rows:
+            by_signals[tid].append((step_id, text))
+        return headers, by_steps, by_signals
 
     def ended_between(self, since: datetime, before: datetime, limit: int) -> list[tuple[str, datetime]]:
         """(id, ended_at) of runs that ended in [since, before), oldest first (placeholders never count)."""

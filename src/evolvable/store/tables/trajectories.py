@@ -53,12 +53,8 @@ steps = sa.Table(
     "steps",
     metadata,
     sa.Column("seq", AutoIncrementBigInt, primary_key=True, autoincrement=True, comment="Arrival order."),
-    sa.Column(
-        "trajectory_id",
-        sa.String,
-        sa.ForeignKey("trajectories.id", ondelete="CASCADE"),
-        nullable=False,
-    ),
+    # Not a foreign key (migration 0005): ingest writes and locks the parent, purges delete the children.
+    sa.Column("trajectory_id", sa.String, nullable=False),
     sa.Column("step_id", sa.String, nullable=False),
     sa.Column("kind", sa.String, nullable=False),
     sa.Column("tool_call_id", sa.String),
@@ -72,12 +68,8 @@ signals = sa.Table(
     "signals",
     metadata,
     sa.Column("seq", AutoIncrementBigInt, primary_key=True, autoincrement=True, comment="Arrival order."),
-    sa.Column(
-        "trajectory_id",
-        sa.String,
-        sa.ForeignKey("trajectories.id", ondelete="CASCADE"),
-        nullable=False,
-    ),
+    # Not a foreign key (migration 0005): ingest writes and locks the parent, purges delete the children.
+    sa.Column("trajectory_id", sa.String, nullable=False),
     sa.Column("signal_id", sa.String, nullable=False),
     sa.Column(
         "step_id", sa.String, comment="None: about the whole trajectory. Not a foreign key: may precede its step."
