@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any, get_args
 
 import orjson
@@ -12,10 +11,7 @@ from pydantic import BaseModel, TypeAdapter
 from pydantic_core import SchemaValidator
 
 from evolvable.protocol.models import Signal, Step, Trajectory, TrajectoryHeader
-from evolvable.store import trusted
 from evolvable.store.engine import RawJSON
-
-log = logging.getLogger(__name__)
 
 # A `trajectories` row: SQLAlchemy's RowMapping (keyed by name or column) or a plain dict.
 TrajectoryRow = sa.RowMapping | Mapping[str, Any]
@@ -148,28 +144,15 @@ def assemble(
 ) -> Trajectory:
     """One Trajectory from its rows: steps and signals as (step_id, stored JSON text), in arrival order.
 
-    The bodies were written by the store from validated models, so they are rebuilt without validating
-    them again (`trusted`, about a third of the CPU); data that is not as the store writes it is validated
-    (`validate_assembled`), which returns the same model or raises the validation error.
+    The stored texts are spliced into one JSON document that pydantic parses once, straight into
+    models (decoding each body into dicts and validating those took about twice the CPU).
     A signal on a step that has not arrived yet stays out until the step does.
     """
     step_rows = list(steps)
     known = {step_id for step_id, _ in step_rows}
     kept = [text for step_id, text in signals if step_id is None or step_id in known]
-    fields = header_fields(header)
-    try:
-        return trusted.trajectory(dict(fields), [text for _, text in step_rows], kept)
-    except (ValueError, TypeError, KeyError, AttributeError) as err:  # (orjson's decode error is a ValueError)
-        log.debug("trajectory %s validated: %s", fields.get("id"), err)
-    return validate_assembled(fields, [text for _, text in step_rows], kept)
-
-
-def validate_assembled(fields: Mapping[str, Any], steps: Sequence[str], signals: Sequence[str]) -> Trajectory:
-    """`Trajectory` validated from its header fields and stored bodies, spliced into one JSON document that
-    pydantic parses once, straight into models (decoding each body and validating the dicts took twice the CPU)."""
-    head = orjson.dumps(fields)
-    document = b"".join(
-        (head[:-1], b',"steps":[', ",".join(steps).encode(), b'],"signals":[', ",".join(signals).encode(), b"]}")
-    )
+    head = orjson.dumps(header_fields(header))
+    bodies = ",".join(text for _, text in step_rows)
+    document = b"".join((head[:-1], b',"steps":[', bodies.encode(), b'],"signals":[', ",".join(kept).encode(), b"]}"))
     trajectory: Trajectory = _TRAJECTORY_FROM_JSON.validate_json(document)  # (pydantic-core returns Any)
     return trajectory
