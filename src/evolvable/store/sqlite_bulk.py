@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
+from operator import itemgetter
 from typing import Any
 
 import sqlalchemy as sa
 
+from evolvable.store.engine import dumps_json
 from evolvable.store.tables.types import UTCDateTime
 
 
@@ -34,14 +36,25 @@ def bound_rows(
     conn: sa.Connection, table: sa.Table, columns: Sequence[str], rows: Sequence[Mapping[str, Any]]
 ) -> list[tuple[Any, ...]]:
     """Rows as driver-ready tuples, converted as SQLAlchemy's bind processors would."""
-    converters = [_converter(table.c[name], conn.dialect) for name in columns]
-    pairs = list(zip(columns, converters, strict=True))
-    return [tuple(row[name] if convert is None else convert(row[name]) for name, convert in pairs) for row in rows]
+    get = itemgetter(*columns)
+    values = [get(row) for row in rows] if len(columns) > 1 else [(get(row),) for row in rows]
+    converted = [(i, c) for i, name in enumerate(columns) if (c := _converter(table.c[name], conn.dialect)) is not None]
+    if not converted:
+        return values
+    out: list[tuple[Any, ...]] = []
+    for row in values:  # (one list per row, converted in place: a generator per row cost more than the insert)
+        items = list(row)
+        for i, convert in converted:
+            items[i] = convert(items[i])
+        out.append(tuple(items))
+    return out
 
 
 def _converter(column: sa.Column[Any], dialect: sa.Dialect) -> Callable[[Any], Any] | None:
     if isinstance(column.type, UTCDateTime):
         return _memoized(sqlite_utc_text)
+    if isinstance(column.type, sa.JSON) and not column.nullable:
+        return dumps_json  # (the engine's JSON serializer: what the type's bind processor calls, minus its wrapper)
     return column.type.dialect_impl(dialect).bind_processor(dialect)
 
 
