@@ -14,7 +14,7 @@ from alembic import command
 from evolvable.protocol.models import MessageStep, StepAppended, events_for
 from evolvable.store import Store, TrajectoryFilter, ingest, migrate
 from evolvable.store.engine import WRITE_OPTIONS, create_engine
-from evolvable.store.tables.trajectories import signals, steps, trajectories
+from evolvable.store.tables.trajectories import purged_trajectories, signals, steps, trajectories
 
 
 def _foreign_keys(conn: sa.Connection) -> list[Any]:
@@ -22,37 +22,50 @@ def _foreign_keys(conn: sa.Connection) -> list[Any]:
     return [fk for table in ("steps", "signals") for fk in inspector.get_foreign_keys(table)]
 
 
-def test_migration_drops_the_keys_keeps_the_rows_and_rolls_back_and_forward(blank_db_url: str, make_trajectory) -> None:
+def test_migration_keeps_the_rows_rolls_back_and_forward_and_turns_old_purges_into_tombstones(
+    blank_db_url: str, make_trajectory
+) -> None:
     engine = create_engine(blank_db_url)
-    t = make_trajectory()
+    kept, purged_before = make_trajectory(), make_trajectory()
     try:
-        with engine.begin() as conn:
-            command.upgrade(migrate.alembic_config(conn), "0004_capture")
-            assert len(_foreign_keys(conn)) == 2
-        with Store(engine) as store:  # (the 0004 schema has the same columns)
-            store.put_trajectory(t)
+        with Store(engine) as store:
+            migrate.upgrade(engine)
+            store.put_trajectory(kept)
+            store.put_trajectory(purged_before)
+            with engine.begin() as conn:
+                command.downgrade(migrate.alembic_config(conn), "0004_capture")
+                assert len(_foreign_keys(conn)) == 2
+                assert "purged_trajectories" not in sa.inspect(conn).get_table_names()
+                # A purge as 0004 did it: the rows go, the ledger keeps the trajectory's event ids.
+                for table in (steps, signals, trajectories):
+                    column = table.c.id if table is trajectories else table.c.trajectory_id
+                    conn.execute(sa.delete(table).where(column == purged_before.id))
             migrate.upgrade(engine)
             with engine.connect() as conn:
                 assert migrate.current_revision(conn) == "0005_ingest" == migrate.head_revision()
                 assert _foreign_keys(conn) == []
-                assert conn.scalar(sa.select(sa.func.count()).select_from(steps)) == len(t.steps)
-            assert store.get_trajectory(t.id) == t
+                assert conn.scalars(sa.select(purged_trajectories.c.id)).all() == [purged_before.id]
+                assert conn.scalar(sa.select(sa.func.count()).select_from(steps)) == len(kept.steps)
+            assert store.get_trajectory(kept.id) == kept
+            late = StepAppended(trajectory_id=purged_before.id, step=MessageStep(content="late"))
+            assert store.apply_events([late]) == 0  # the tombstone keeps it out
+            assert store.apply_events(events_for(kept)) == 0
             with engine.begin() as conn:
                 conn.execute(
                     sa.insert(steps).values(
-                        trajectory_id="orphan", step_id="s", kind="message", body={}, started_at=t.started_at
+                        trajectory_id="orphan", step_id="s", kind="message", body={}, started_at=kept.started_at
                     )
                 )
                 command.downgrade(migrate.alembic_config(conn), "0004_capture")
-                assert len(_foreign_keys(conn)) == 2
                 # (rows no trajectory owns could not satisfy the key again: the downgrade drops them)
-                assert conn.scalar(sa.select(sa.func.count()).select_from(steps)) == len(t.steps)
+                assert conn.scalar(sa.select(sa.func.count()).select_from(steps)) == len(kept.steps)
             migrate.upgrade(engine)
-            assert store.get_trajectory(t.id) == t
-            assert store.delete_trajectories(TrajectoryFilter(ids=[t.id])) == 1
+            assert store.get_trajectory(kept.id) == kept
+            assert store.delete_trajectories(TrajectoryFilter(ids=[kept.id])) == 1
             with engine.connect() as conn:
                 for table in (steps, signals, trajectories):
                     assert conn.scalar(sa.select(sa.func.count()).select_from(table)) == 0
+                assert set(conn.scalars(sa.select(purged_trajectories.c.id))) == {kept.id, purged_before.id}
     finally:
         engine.dispose()
 

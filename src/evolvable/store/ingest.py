@@ -12,7 +12,8 @@ Order of work inside the transaction:
 5. `trajectory_ended` events, in order (the last one wins; metadata merges).
 
 Steps and signals after the end are accepted (late feedback). Events for a
-trajectory that was purged are dropped: the ledger remembers its event ids.
+trajectory that was purged are dropped: the ledger remembers its event ids, and
+`purged_trajectories` the trajectory (so new events for it stay out too).
 An event whose tenant differs from its trajectory's owner fails the whole call.
 """
 
@@ -38,7 +39,7 @@ from evolvable.protocol.models import (
 )
 from evolvable.store import pg_copy, sqlite_bulk
 from evolvable.store.rows import STEP_COLUMNS, header_row, signal_row, step_row, step_values
-from evolvable.store.tables.trajectories import applied_events, signals, steps, trajectories
+from evolvable.store.tables.trajectories import applied_events, purged_trajectories, signals, steps, trajectories
 from evolvable.store.tables.types import UTCDateTime
 
 AnyEvent = TrajectoryStarted | StepAppended | SignalAttached | TrajectoryEnded | VersionsNamed
@@ -62,9 +63,8 @@ def _statements(dialect: str) -> dict[str, Any]:
     def insert(table: sa.Table) -> postgresql.Insert | sqlite.Insert:
         return _dialect_insert(dialect, table)
 
-    t, ledger = trajectories.c, applied_events.c
+    t = trajectories.c
     ids: sa.BindParameter[list[str]] = sa.bindparam("ids", expanding=True)
-    row_exists = sa.select(t.id).where(t.id == ledger.trajectory_id).exists()
     return {
         "insert_steps": insert(steps).on_conflict_do_nothing(),
         "insert_signals": insert(signals).on_conflict_do_nothing(),
@@ -78,7 +78,7 @@ def _statements(dialect: str) -> dict[str, Any]:
                 t.id, t.tenant_id, t.placeholder, t.status, t.ended_at, t.header, t.harness_version, t.policy_version
             ).where(t.id.in_(ids)),
         ),
-        "purged": sa.select(ledger.trajectory_id).where(ledger.trajectory_id.in_(ids), ~row_exists).distinct(),
+        "purged": sa.select(purged_trajectories.c.id).where(purged_trajectories.c.id.in_(ids)),
         "headers": sa.select(t.id, t.header).where(t.id.in_(ids)),
         "end": sa.update(trajectories)
         .where(t.id == sa.bindparam("b_id"))
@@ -183,10 +183,7 @@ def _existing(conn: sa.Connection, ids: Sequence[str]) -> dict[str, sa.Row[Any]]
 
 
 def _purged(conn: sa.Connection, missing: Sequence[str]) -> set[str]:
-    """Trajectories that had events applied but no longer exist: they were deleted on purpose.
-
-    One statement (one snapshot): a trajectory another writer creates meanwhile is not mistaken for purged.
-    """
+    """Of trajectories that do not exist, those deleted on purpose (`delete_trajectories` leaves a tombstone)."""
     out: set[str] = set()
     for part in chunked(missing):
         out.update(conn.scalars(_statements(conn.dialect.name)["purged"], {"ids": list(part)}))

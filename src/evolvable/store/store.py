@@ -12,12 +12,12 @@ import sqlalchemy as sa
 from pydantic import TypeAdapter, ValidationError
 
 from evolvable.errors import NotFound, ProtocolError, StoreError
-from evolvable.protocol.models import Event, Trajectory, TrajectoryHeader, TrajectoryStatus, events_for
+from evolvable.protocol.models import Event, Trajectory, TrajectoryHeader, TrajectoryStatus, events_for, utcnow
 from evolvable.store import ingest, migrate, pg_copy
 from evolvable.store.engine import WRITE_OPTIONS, create_engine, redacted
 from evolvable.store.filters import TrajectoryFilter, decode_cursor, encode_cursor
 from evolvable.store.rows import assemble, header_from_row
-from evolvable.store.tables.trajectories import signals, steps, trajectories
+from evolvable.store.tables.trajectories import purged_trajectories, signals, steps, trajectories
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ class Store:
     def delete_trajectories(self, f: TrajectoryFilter, *, batch_size: int = 500) -> int:
         """Purge matching trajectories with their steps and signals; returns how many were removed.
 
-        Their event ids stay in the ledger, so a replayed event cannot bring them back.
+        Their event ids stay in the ledger and each leaves a tombstone, so no replayed or late event brings it back.
         An empty filter is refused: say what to delete.
         """
         if f.is_empty():
@@ -128,6 +128,10 @@ class Store:
                 gone = list(conn.scalars(sa.delete(trajectories).where(_T.id.in_(ids)).returning(_T.id)))
                 conn.execute(sa.delete(steps).where(steps.c.trajectory_id.in_(gone)))
                 conn.execute(sa.delete(signals).where(signals.c.trajectory_id.in_(gone)))
+                if gone:  # tombstones: events for these trajectories are dropped from now on
+                    now = utcnow()
+                    tombstones = [{"id": tid, "purged_at": now} for tid in gone]
+                    conn.execute(ingest.dialect_insert(conn, purged_trajectories).on_conflict_do_nothing(), tombstones)
                 removed += len(gone)
 
     # ----------------------------------------------------------------- reads

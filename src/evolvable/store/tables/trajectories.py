@@ -87,6 +87,14 @@ applied_events = sa.Table(
     sa.Column("event_id", sa.String, primary_key=True),
     sa.Column("trajectory_id", sa.String, nullable=False),
     sa.Column("applied_at", UTCDateTime, nullable=False),
-    sa.Index(None, "trajectory_id"),
     comment="Every event id ever applied. Kept after a purge, so replayed events cannot resurrect deleted data.",
+    sqlite_with_rowid=False,  # (the primary key index is the table: one B-tree per claim, migration 0005)
+)
+
+purged_trajectories = sa.Table(
+    "purged_trajectories",
+    metadata,
+    sa.Column("id", sa.String, primary_key=True),
+    sa.Column("purged_at", UTCDateTime, nullable=False),
+    comment="Trajectories deleted on purpose: events for them are dropped, so replays cannot resurrect them.",
 )
