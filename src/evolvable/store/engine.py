@@ -175,15 +175,15 @@ class _Checkpointer:
             conn.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
             while True:
                 wake.wait()
-                if self._stop.is_set():
+                # (nudged as a write commits: a moment later its pages are in the WAL, and later commits wait
+                # for the next round, so there is at most one checkpoint per interval)
+                if self._stop.wait(CHECKPOINT_INTERVAL_S):
                     return
                 wake.clear()
                 try:
                     conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
                 except sqlite3.Error as err:  # (the writers' own checkpoints still run)
                     log.warning("background WAL checkpoint of %s failed: %s", self._path, err)
-                if self._stop.wait(CHECKPOINT_INTERVAL_S):
-                    return
         finally:
             conn.close()
 
