@@ -184,27 +184,35 @@ class Store:
 
         Keyset batches, each on a short-lived connection: no transaction is held open
         while the caller works, and rows written meanwhile after the position are seen.
-        The next batch is fetched on a helper thread while this one is assembled and consumed: the
-        database (its own process, or SQLite's engine, which releases the GIL) works on one core
-        while the models are built on another.
+        On PostgreSQL the next batch is fetched on a helper thread while this one is assembled and
+        consumed, so the server works on one core while the models are built on another (read wall time
+        1.2x at the same CPU). SQLite runs in this process: a helper thread there only added CPU.
         """
         if batch_size < 1:
             raise StoreError("batch_size must be at least 1")
-        fetcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evolvable-read")
+        fetcher = (
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="evolvable-read")
+            if self.engine.dialect.name == "postgresql"
+            else None
+        )
         try:
             batch = self._read_batch(f, None, batch_size)
             while batch is not None:
                 headers, by_steps, by_signals = batch
+                position = (headers[-1]["started_at"], headers[-1]["id"]) if len(headers) == batch_size else None
                 upcoming: Future[_Batch | None] | None = None
-                if len(headers) == batch_size:
-                    position = (headers[-1]["started_at"], headers[-1]["id"])
+                if position is not None and fetcher is not None:
                     upcoming = fetcher.submit(self._read_batch, f, position, batch_size)
                 for h in headers:
                     yield assemble(h, by_steps.pop(h["id"]), by_signals.pop(h["id"]))
                 del headers, by_steps, by_signals, batch
-                batch = None if upcoming is None else upcoming.result()
+                if upcoming is not None:
+                    batch = upcoming.result()
+                else:
+                    batch = None if position is None else self._read_batch(f, position, batch_size)
         finally:
-            fetcher.shutdown(wait=False, cancel_futures=True)
+            if fetcher is not None:
+                fetcher.shutdown(wait=False, cancel_futures=True)
 
     def _read_batch(self, f: TrajectoryFilter, position: tuple[Any, str] | None, batch_size: int) -> _Batch | None:
         """The headers after `position`, with their steps' and signals' (step id, stored text), by trajectory."""
