@@ -124,28 +124,42 @@ def apply(conn: sa.Connection, events: Sequence[AnyEvent], *, optimistic: bool =
     new = [e for e in batch if e.event_id in claimed and e.trajectory_id not in purged]
     if not new:
         return 0
-    _check_tenants(new, {tid: row.tenant_id for tid, row in existing.items()})
+    kinds = _by_kind(new)
+    _check_tenants(kinds[TrajectoryStarted], new, {tid: row.tenant_id for tid, row in existing.items()})
 
     starts: dict[str, TrajectoryStarted] = {}
-    for e in new:
-        if isinstance(e, TrajectoryStarted):
-            starts.setdefault(e.trajectory_id, e)
-    ends = [e for e in new if isinstance(e, TrajectoryEnded)]
+    for e in kinds[TrajectoryStarted]:
+        starts.setdefault(e.trajectory_id, e)
+    ends = kinds[TrajectoryEnded]
     ended_on_insert = _write_headers(conn, starts, existing, ends, optimistic)
     _write_placeholders(conn, [e for e in new if e.trajectory_id not in existing and e.trajectory_id not in starts])
 
-    step_events = [e for e in new if isinstance(e, StepAppended)]
+    step_events = kinds[StepAppended]
     if optimistic and len(step_events) >= COPY_MIN_ROWS:
         # Each row is made (its body serialized) while COPY sends the ones before: the server parses rows
         # on one core while the client makes the next on another, instead of one after the other.
         pg_copy.copy_stream(conn, steps, STEP_COLUMNS, _step_values_for_copy(step_events))
     else:
         _insert_new(conn, steps, [step_row(e.trajectory_id, e.step) for e in step_events], optimistic)
-    signal_rows = [signal_row(e.trajectory_id, e.signal) for e in new if isinstance(e, SignalAttached)]
+    signal_rows = [signal_row(e.trajectory_id, e.signal) for e in kinds[SignalAttached]]
     _insert_new(conn, signals, signal_rows, optimistic)
-    _write_versions(conn, [e for e in new if isinstance(e, VersionsNamed)])
+    _write_versions(conn, kinds[VersionsNamed])
     _write_ends(conn, [e for e in ends if e.trajectory_id not in ended_on_insert])
     return len(new)
+
+
+_KINDS = (TrajectoryStarted, StepAppended, SignalAttached, TrajectoryEnded, VersionsNamed)
+
+
+def _by_kind(events: Sequence[AnyEvent]) -> dict[type[Any], list[Any]]:
+    """The events of each type, each list in batch order (one pass instead of one per type)."""
+    kinds: dict[type[Any], list[Any]] = {kind: [] for kind in _KINDS}
+    for e in events:
+        bucket = kinds.get(type(e))
+        if bucket is None:  # (a subclass)
+            bucket = next(kinds[kind] for kind in _KINDS if isinstance(e, kind))
+        bucket.append(e)
+    return kinds
 
 
 def _step_values_for_copy(events: Iterable[StepAppended]) -> Iterator[tuple[Any, ...]]:
@@ -229,18 +243,23 @@ _PG_CLAIM = sa.text(
 )
 
 
-def _check_tenants(events: Iterable[AnyEvent], owners: dict[str, str]) -> None:
-    ordered = sorted(events, key=lambda e: not isinstance(e, TrajectoryStarted))  # starts name the owner first
-    for e in ordered:
-        if isinstance(e, TrajectoryStarted) and e.header.tenant_id != e.tenant_id:
+def _check_tenants(starts: Sequence[TrajectoryStarted], events: Iterable[AnyEvent], owners: dict[str, str]) -> None:
+    for start in starts:  # starts name the owner first
+        if start.header.tenant_id != start.tenant_id:
             raise StoreError(
-                f"event {e.event_id}: header tenant {e.header.tenant_id!r} != event tenant {e.tenant_id!r}"
+                f"event {start.event_id}: header tenant {start.header.tenant_id!r} != event tenant {start.tenant_id!r}"
             )
-        owner = owners.setdefault(e.trajectory_id, e.tenant_id)
-        if owner != e.tenant_id:
-            raise StoreError(
-                f"event {e.event_id} of tenant {e.tenant_id!r} targets trajectory {e.trajectory_id} of another tenant"
-            )
+        _check_owner(start, owners)
+    for e in events:  # (starts again: a no-op, their owners are set)
+        _check_owner(e, owners)
+
+
+def _check_owner(e: AnyEvent, owners: dict[str, str]) -> None:
+    owner = owners.setdefault(e.trajectory_id, e.tenant_id)
+    if owner != e.tenant_id:
+        raise StoreError(
+            f"event {e.event_id} of tenant {e.tenant_id!r} targets trajectory {e.trajectory_id} of another tenant"
+        )
 
 
 def _write_headers(
