@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
@@ -20,9 +19,6 @@ from evolvable.store.rows import assemble, header_from_row
 from evolvable.store.tables.trajectories import purged_trajectories, signals, steps, trajectories
 
 log = logging.getLogger(__name__)
-
-_Batch = tuple[Sequence[sa.RowMapping], dict[str, list[tuple[str, str]]], dict[str, list[tuple[str | None, str]]]]
-"""One keyset batch of `iter_trajectories`: header rows, and (step id, stored text) of steps and signals by id."""
 
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 _T = trajectories.c
@@ -180,68 +176,46 @@ class Store:
         return page, next_cursor
 
     def iter_trajectories(self, f: TrajectoryFilter, batch_size: int = 200) -> Iterator[Trajectory]:
-        """Every matching trajectory, oldest first, `batch_size` at a time (memory stays bounded: two batches).
+        """Every matching trajectory, oldest first, `batch_size` at a time (memory stays bounded).
 
         Keyset batches, each on a short-lived connection: no transaction is held open
         while the caller works, and rows written meanwhile after the position are seen.
-        On PostgreSQL the next batch is fetched on a helper thread while this one is assembled and
-        consumed, so the server works on one core while the models are built on another (read wall time
-        1.2x at the same CPU). SQLite runs in this process: a helper thread there only added CPU.
         """
         if batch_size < 1:
             raise StoreError("batch_size must be at least 1")
-        fetcher = (
-            ThreadPoolExecutor(max_workers=1, thread_name_prefix="evolvable-read")
-            if self.engine.dialect.name == "postgresql"
-            else None
-        )
-        try:
-            batch = self._read_batch(f, None, batch_size)
-            while batch is not None:
-                headers, by_steps, by_signals = batch
-                position = (headers[-1]["started_at"], headers[-1]["id"]) if len(headers) == batch_size else None
-                upcoming: Future[_Batch | None] | None = None
-                if position is not None and fetcher is not None:
-                    upcoming = fetcher.submit(self._read_batch, f, position, batch_size)
-                for h in headers:
-                    yield assemble(h, by_steps.pop(h["id"]), by_signals.pop(h["id"]))
-                del headers, by_steps, by_signals, batch
-                if upcoming is not None:
-                    batch = upcoming.result()
-                else:
-                    batch = None if position is None else self._read_batch(f, position, batch_size)
-        finally:
-            if fetcher is not None:
-                fetcher.shutdown(wait=False, cancel_futures=True)
-
-    def _read_batch(self, f: TrajectoryFilter, position: tuple[Any, str] | None, batch_size: int) -> _Batch | None:
-        """The headers after `position`, with their steps' and signals' (step id, stored text), by trajectory."""
-        query = sa.select(trajectories).where(*f.where())
-        if position is not None:
-            query = query.where(sa.tuple_(_T.started_at, _T.id) > sa.tuple_(*position))
-        query = query.order_by(_T.started_at, _T.id).limit(batch_size)
-        with self.engine.connect() as conn:
-            headers = conn.execute(query).mappings().all()
-            if not headers:
-                return None
-            ids = [h["id"] for h in headers]
-            step_rows = conn.execute(
-                sa.select(steps.c.trajectory_id, steps.c.step_id, _STEP_TEXT)
-                .where(steps.c.trajectory_id.in_(ids))
-                .order_by(steps.c.seq)
-            ).all()
-            signal_rows = conn.execute(
-                sa.select(signals.c.trajectory_id, signals.c.step_id, _SIGNAL_TEXT)
-                .where(signals.c.trajectory_id.in_(ids))
-                .order_by(signals.c.seq)
-            ).all()
-        by_steps: dict[str, list[tuple[str, str]]] = {i: [] for i in ids}
-        by_signals: dict[str, list[tuple[str | None, str]]] = {i: [] for i in ids}
-        for tid, step_id, text in step_rows:
-            by_steps[tid].append((step_id, text))
-        for tid, step_id, text in signal_rows:
-            by_signals[tid].append((step_id, text))
-        return headers, by_steps, by_signals
+        position: tuple[Any, str] | None = None
+        while True:
+            query = sa.select(trajectories).where(*f.where())
+            if position is not None:
+                query = query.where(sa.tuple_(_T.started_at, _T.id) > sa.tuple_(*position))
+            query = query.order_by(_T.started_at, _T.id).limit(batch_size)
+            with self.engine.connect() as conn:
+                headers = conn.execute(query).mappings().all()
+                if not headers:
+                    return
+                ids = [h["id"] for h in headers]
+                step_rows = conn.execute(
+                    sa.select(steps.c.trajectory_id, steps.c.step_id, _STEP_TEXT)
+                    .where(steps.c.trajectory_id.in_(ids))
+                    .order_by(steps.c.seq)
+                ).all()
+                signal_rows = conn.execute(
+                    sa.select(signals.c.trajectory_id, signals.c.step_id, _SIGNAL_TEXT)
+                    .where(signals.c.trajectory_id.in_(ids))
+                    .order_by(signals.c.seq)
+                ).all()
+            by_steps: dict[str, list[tuple[str, str]]] = {i: [] for i in ids}
+            by_signals: dict[str, list[tuple[str | None, str]]] = {i: [] for i in ids}
+            for tid, step_id, text in step_rows:
+                by_steps[tid].append((step_id, text))
+            for tid, step_id, text in signal_rows:
+                by_signals[tid].append((step_id, text))
+            del step_rows, signal_rows
+            for h in headers:
+                yield assemble(h, by_steps.pop(h["id"]), by_signals.pop(h["id"]))
+            position = (headers[-1]["started_at"], headers[-1]["id"])
+            if len(headers) < batch_size:
+                return
 
     def ended_between(self, since: datetime, before: datetime, limit: int) -> list[tuple[str, datetime]]:
         """(id, ended_at) of runs that ended in [since, before), oldest first (placeholders never count)."""
