@@ -40,3 +40,33 @@ def test_writes_are_checkpointed_in_the_background_and_the_thread_ends_with_the_
     finally:
         store.close()
     assert len(_checkpointers()) == before
+
+
+def test_a_forked_child_that_forgets_its_parents_connections_checkpoints_on_its_own(
+    tmp_path: Path, make_trajectory
+) -> None:
+    """The proxy's writer: a forked child drops the pooled connections (`forget_pooled_connections`,
+    an engine dispose) and then writes; its writes must still be checkpointed by a thread of its own."""
+    import os
+
+    path = tmp_path / "store.db"
+    store = Store.open(f"sqlite:///{path}")
+    store.apply_events(events_for(make_trajectory()))  # the parent's thread exists
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through its exit status
+        code = 1
+        try:
+            store.forget_pooled_connections()
+            migrated = path.stat().st_size
+            for _ in range(5):
+                store.apply_events([e for _ in range(20) for e in events_for(make_trajectory())])
+            deadline = time.monotonic() + 10
+            while path.stat().st_size <= migrated and time.monotonic() < deadline:
+                time.sleep(0.05)
+            code = 0 if path.stat().st_size > migrated and len(_checkpointers()) == 1 else 2
+            store.close()
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    store.close()
+    assert os.waitstatus_to_exitcode(status) == 0

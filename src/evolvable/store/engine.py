@@ -148,6 +148,7 @@ class _Checkpointer:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._pid = 0
+        self._home = os.getpid()
 
     def nudge(self) -> None:
         if self._stop.is_set():
@@ -163,6 +164,11 @@ class _Checkpointer:
         self._wake.set()
 
     def close(self) -> None:
+        """Stop for good, unless this is a forked child disposing of its parent's connections (the proxy's
+        writer does, then writes): the parent's thread is not ours, so the child's next write starts one."""
+        if os.getpid() != self._home:
+            self._home, self._thread, self._pid = os.getpid(), None, 0
+            return
         self._stop.set()
         self._wake.set()
         thread = self._thread
