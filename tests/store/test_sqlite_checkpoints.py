@@ -9,7 +9,7 @@ from pathlib import Path
 
 from evolvable.protocol.models import events_for
 from evolvable.store import Store
-from evolvable.store.engine import CHECKPOINT_INTERVAL_S, WAL_BACKSTOP_PAGES
+from evolvable.store.engine import CHECKPOINT_INTERVAL_S, WAL_BACKSTOP_PAGES, WRITE_OPTIONS, WRITER_CACHE_KIB
 
 
 def _checkpointers() -> list[threading.Thread]:
@@ -70,3 +70,14 @@ def test_a_forked_child_that_forgets_its_parents_connections_checkpoints_on_its_
     _, status = os.waitpid(pid, 0)
     store.close()
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_connections_that_write_get_the_bigger_page_cache(tmp_path: Path) -> None:
+    store = Store.open(f"sqlite:///{tmp_path / 'store.db'}")
+    try:
+        with store.engine.execution_options(**WRITE_OPTIONS).begin() as writer:
+            assert writer.exec_driver_sql("PRAGMA cache_size").scalar() == -WRITER_CACHE_KIB
+            with store.engine.connect() as reader:  # (another pooled connection, never used to write)
+                assert reader.exec_driver_sql("PRAGMA cache_size").scalar() == -2000  # SQLite's default
+    finally:
+        store.close()

@@ -107,6 +107,12 @@ def _sqlite_engine(url: URL) -> sa.Engine:
     @sa.event.listens_for(engine, "begin")
     def _on_begin(conn: sa.Connection) -> None:
         write = conn.get_execution_options().get("evolvable_write", False)
+        if write and not conn.connection.info.get("evolvable_writer"):
+            # A bigger page cache for connections that write: a 1,000-event batch dirties more than the
+            # default 2 MB, so pages were spilled to the WAL and written again (5-6% of SQLite's ingest CPU).
+            # Only writers get it; the pool's read-only connections keep the default.
+            conn.exec_driver_sql(f"PRAGMA cache_size=-{WRITER_CACHE_KIB}")
+            conn.connection.info["evolvable_writer"] = True
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
     if checkpointer is not None:
@@ -123,6 +129,7 @@ def _sqlite_engine(url: URL) -> sa.Engine:
     return engine
 
 
+WRITER_CACHE_KIB = 16_384
 WAL_BACKSTOP_PAGES = 16_000
 """Writers checkpoint themselves only once the WAL holds this many pages (64 MB at 4 kB pages; SQLite's
 default is 1,000): normally the checkpointer thread has done it already."""
