@@ -46,8 +46,8 @@ def upgrade() -> None:
         comment="Trajectories deleted on purpose: events for them are dropped, so replays cannot resurrect them.",
     )
     op.execute(
-        "INSERT INTO purged_trajectories (id, purged_at) SELECT DISTINCT trajectory_id, CURRENT_TIMESTAMP "
-        "FROM applied_events WHERE trajectory_id NOT IN (SELECT id FROM trajectories)"
+        "INSERT INTO purged_trajectories (id, purged_at) SELECT DISTINCT a.trajectory_id, CURRENT_TIMESTAMP "
+        "FROM applied_events a WHERE NOT EXISTS (SELECT 1 FROM trajectories t WHERE t.id = a.trajectory_id)"
     )
     op.drop_index("ix_applied_events_trajectory_id", table_name="applied_events")
     if op.get_bind().dialect.name == "sqlite":
@@ -62,7 +62,9 @@ def downgrade() -> None:
     op.create_index("ix_applied_events_trajectory_id", "applied_events", ["trajectory_id"])
     op.drop_table("purged_trajectories")  # (the ledger still names every purged trajectory's events)
     for table in CHILDREN:
-        op.execute(f"DELETE FROM {table} WHERE trajectory_id NOT IN (SELECT id FROM trajectories)")
+        op.execute(
+            f"DELETE FROM {table} WHERE NOT EXISTS (SELECT 1 FROM trajectories t WHERE t.id = {table}.trajectory_id)"
+        )
         with op.batch_alter_table(table) as batch:
             batch.create_foreign_key(
                 f"fk_{table}_trajectory_id_trajectories", "trajectories", ["trajectory_id"], ["id"], ondelete="CASCADE"
