@@ -139,6 +139,9 @@ def apply(conn: sa.Connection, events: Sequence[AnyEvent], *, optimistic: bool =
         # Each row is made (its body serialized) while COPY sends the ones before: the server parses rows
         # on one core while the client makes the next on another, instead of one after the other.
         pg_copy.copy_stream(conn, steps, STEP_COLUMNS, _step_values_for_copy(step_events))
+    elif conn.dialect.name == "sqlite":
+        step_rows = [step_values(e.trajectory_id, e.step) for e in step_events]
+        sqlite_bulk.insert_values_or_ignore(conn, steps, STEP_COLUMNS, step_rows)
     else:
         _insert_new(conn, steps, [step_row(e.trajectory_id, e.step) for e in step_events], optimistic)
     signal_rows = [signal_row(e.trajectory_id, e.signal) for e in kinds[SignalAttached]]

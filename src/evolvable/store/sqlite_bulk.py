@@ -27,20 +27,32 @@ def insert_or_ignore(conn: sa.Connection, table: sa.Table, rows: Sequence[Mappin
     if not rows:
         return
     columns = list(rows[0])
+    insert_values_or_ignore(conn, table, columns, _tuples(columns, rows))
+
+
+def insert_values_or_ignore(
+    conn: sa.Connection, table: sa.Table, columns: Sequence[str], values: Sequence[Sequence[Any]]
+) -> None:
+    """As `insert_or_ignore`, for rows already given as values in `columns` order (no dict per row)."""
+    if not values:
+        return
     placeholders = ", ".join("?" for _ in columns)
     statement = f"INSERT INTO {table.name} ({', '.join(columns)}) VALUES ({placeholders}) ON CONFLICT DO NOTHING"
-    conn.exec_driver_sql(statement, bound_rows(conn, table, columns, rows))
+    conn.exec_driver_sql(statement, _bound(conn, table, columns, values))
 
 
-def bound_rows(
-    conn: sa.Connection, table: sa.Table, columns: Sequence[str], rows: Sequence[Mapping[str, Any]]
+def _tuples(columns: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
+    get = itemgetter(*columns)
+    return [get(row) for row in rows] if len(columns) > 1 else [(get(row),) for row in rows]
+
+
+def _bound(
+    conn: sa.Connection, table: sa.Table, columns: Sequence[str], values: Sequence[Sequence[Any]]
 ) -> list[tuple[Any, ...]]:
     """Rows as driver-ready tuples, converted as SQLAlchemy's bind processors would."""
-    get = itemgetter(*columns)
-    values = [get(row) for row in rows] if len(columns) > 1 else [(get(row),) for row in rows]
     converted = [(i, c) for i, name in enumerate(columns) if (c := _converter(table.c[name], conn.dialect)) is not None]
     if not converted:
-        return values
+        return [tuple(row) for row in values]
     out: list[tuple[Any, ...]] = []
     for row in values:  # (one list per row, converted in place: a generator per row cost more than the insert)
         items = list(row)
