@@ -10,7 +10,12 @@ long-lived services. Both serialize JSON with orjson.
 
 from __future__ import annotations
 
+import logging
+import os
 import re
+import sqlite3
+import threading
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -21,6 +26,8 @@ from evolvable.errors import StoreError
 
 __all__ = ["WRITE_OPTIONS", "Engine", "RawJSON", "create_engine", "redacted"]
 """`Engine` is re-exported: components name the type from here, and only the store imports SQLAlchemy."""
+
+log = logging.getLogger(__name__)
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 WRITE_OPTIONS = {"evolvable_write": True}
@@ -70,10 +77,11 @@ def create_engine(url: str) -> sa.Engine:
 
 def _sqlite_engine(url: URL) -> sa.Engine:
     database = url.database or ""
+    checkpointer: _Checkpointer | None = None
     if database and database != ":memory:" and not database.startswith("file:"):
-        from pathlib import Path
-
-        Path(database).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
+        path = Path(database).expanduser().resolve()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        checkpointer = _Checkpointer(str(path))
     engine = sa.create_engine(
         url,
         json_serializer=dumps_json,
@@ -90,6 +98,8 @@ def _sqlite_engine(url: URL) -> sa.Engine:
         cur.execute("PRAGMA synchronous=NORMAL")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        if checkpointer is not None:  # the checkpointer thread moves the WAL; this bounds it if it falls behind
+            cur.execute(f"PRAGMA wal_autocheckpoint={WAL_BACKSTOP_PAGES}")
         # Purged content must not linger in free pages of the file (right to erasure).
         cur.execute("PRAGMA secure_delete=ON")
         cur.close()
@@ -97,9 +107,98 @@ def _sqlite_engine(url: URL) -> sa.Engine:
     @sa.event.listens_for(engine, "begin")
     def _on_begin(conn: sa.Connection) -> None:
         write = conn.get_execution_options().get("evolvable_write", False)
+        if write and not conn.connection.info.get("evolvable_writer"):
+            # A bigger page cache for connections that write: a 1,000-event batch dirties more than the
+            # default 2 MB, so pages were spilled to the WAL and written again (5-6% of SQLite's ingest CPU).
+            # Only writers get it; the pool's read-only connections keep the default.
+            conn.exec_driver_sql(f"PRAGMA cache_size=-{WRITER_CACHE_KIB}")
+            conn.connection.info["evolvable_writer"] = True
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
+    if checkpointer is not None:
+
+        @sa.event.listens_for(engine, "commit")
+        def _on_commit(conn: sa.Connection) -> None:
+            if conn.get_execution_options().get("evolvable_write", False):
+                checkpointer.nudge()
+
+        @sa.event.listens_for(engine, "engine_disposed")
+        def _on_dispose(_engine: sa.Engine) -> None:
+            checkpointer.close()
+
     return engine
+
+
+WRITER_CACHE_KIB = 16_384
+WAL_BACKSTOP_PAGES = 16_000
+"""Writers checkpoint themselves only once the WAL holds this many pages (64 MB at 4 kB pages; SQLite's
+default is 1,000): normally the checkpointer thread has done it already."""
+CHECKPOINT_INTERVAL_S = 0.25
+
+
+class _Checkpointer:
+    """Copies SQLite's write-ahead log into the database file on a thread of its own, after writes.
+
+    By default the connection that commits runs the checkpoint when the WAL passes 1,000 pages: it
+    writes the pages into the database file and waits for two fsyncs, and the writer waits with it
+    (16,000 steps ingested: 8.1k steps/s with that, 13.2k with no checkpoints at all, at the same CPU).
+    A PASSIVE checkpoint on another connection blocks no reader or writer, and sqlite3 releases the
+    GIL while it runs, so the writer keeps going. Durability is unchanged: commits are as durable as
+    before (WAL with synchronous=NORMAL), the checkpoint only moves committed pages. At most one
+    checkpoint per `CHECKPOINT_INTERVAL_S`; the writers' `wal_autocheckpoint` bounds the WAL should
+    this thread fall behind. After a fork the child starts its own thread on its first write."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+        self._home = os.getpid()
+
+    def nudge(self) -> None:
+        if self._stop.is_set():
+            return
+        if self._thread is None or self._pid != os.getpid():
+            with self._lock:
+                if self._thread is None or self._pid != os.getpid():
+                    self._wake, self._pid = threading.Event(), os.getpid()
+                    self._thread = threading.Thread(
+                        target=self._run, args=(self._wake,), name="evolvable-sqlite-checkpoint", daemon=True
+                    )
+                    self._thread.start()
+        self._wake.set()
+
+    def close(self) -> None:
+        """Stop for good, unless this is a forked child disposing of its parent's connections (the proxy's
+        writer does, then writes): the parent's thread is not ours, so the child's next write starts one."""
+        if os.getpid() != self._home:
+            self._home, self._thread, self._pid = os.getpid(), None, 0
+            return
+        self._stop.set()
+        self._wake.set()
+        thread = self._thread
+        if thread is not None and self._pid == os.getpid() and thread is not threading.current_thread():
+            thread.join(timeout=10)
+
+    def _run(self, wake: threading.Event) -> None:
+        conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+        try:
+            conn.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+            while True:
+                wake.wait()
+                # (nudged as a write commits: a moment later its pages are in the WAL, and later commits wait
+                # for the next round, so there is at most one checkpoint per interval)
+                if self._stop.wait(CHECKPOINT_INTERVAL_S):
+                    return
+                wake.clear()
+                try:
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                except sqlite3.Error as err:  # (the writers' own checkpoints still run)
+                    log.warning("background WAL checkpoint of %s failed: %s", self._path, err)
+        finally:
+            conn.close()
 
 
 def redacted(url: str | URL) -> str:

@@ -12,14 +12,15 @@ Order of work inside the transaction:
 5. `trajectory_ended` events, in order (the last one wins; metadata merges).
 
 Steps and signals after the end are accepted (late feedback). Events for a
-trajectory that was purged are dropped: the ledger remembers its event ids.
+trajectory that was purged are dropped: the ledger remembers its event ids, and
+`purged_trajectories` the trajectory (so new events for it stay out too).
 An event whose tenant differs from its trajectory's owner fails the whole call.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import cache
 from typing import Any, TypeVar
 
@@ -37,8 +38,8 @@ from evolvable.protocol.models import (
     utcnow,
 )
 from evolvable.store import pg_copy, sqlite_bulk
-from evolvable.store.rows import header_row, signal_row, step_row
-from evolvable.store.tables.trajectories import applied_events, signals, steps, trajectories
+from evolvable.store.rows import STEP_COLUMNS, header_row, signal_row, step_row, step_values
+from evolvable.store.tables.trajectories import applied_events, purged_trajectories, signals, steps, trajectories
 from evolvable.store.tables.types import UTCDateTime
 
 AnyEvent = TrajectoryStarted | StepAppended | SignalAttached | TrajectoryEnded | VersionsNamed
@@ -62,18 +63,22 @@ def _statements(dialect: str) -> dict[str, Any]:
     def insert(table: sa.Table) -> postgresql.Insert | sqlite.Insert:
         return _dialect_insert(dialect, table)
 
-    t, ledger = trajectories.c, applied_events.c
+    t = trajectories.c
     ids: sa.BindParameter[list[str]] = sa.bindparam("ids", expanding=True)
-    row_exists = sa.select(t.id).where(t.id == ledger.trajectory_id).exists()
     return {
         "insert_steps": insert(steps).on_conflict_do_nothing(),
         "insert_signals": insert(signals).on_conflict_do_nothing(),
         "insert_trajectories": insert(trajectories).on_conflict_do_nothing(),
         "insert_headers": insert(trajectories).on_conflict_do_nothing().returning(t.id),
-        "existing": sa.select(
-            t.id, t.tenant_id, t.placeholder, t.status, t.ended_at, t.header, t.harness_version, t.policy_version
-        ).where(t.id.in_(ids)),
-        "purged": sa.select(ledger.trajectory_id).where(ledger.trajectory_id.in_(ids), ~row_exists).distinct(),
+        # FOR KEY SHARE on PostgreSQL (the lock a foreign key check takes; there is none, see migration 0005):
+        # a purge cannot delete a trajectory while a batch appends to it, so no child outlives its parent.
+        "existing": _locked(
+            dialect,
+            sa.select(
+                t.id, t.tenant_id, t.placeholder, t.status, t.ended_at, t.header, t.harness_version, t.policy_version
+            ).where(t.id.in_(ids)),
+        ),
+        "purged": sa.select(purged_trajectories.c.id).where(purged_trajectories.c.id.in_(ids)),
         "headers": sa.select(t.id, t.header).where(t.id.in_(ids)),
         "end": sa.update(trajectories)
         .where(t.id == sa.bindparam("b_id"))
@@ -85,6 +90,10 @@ def _statements(dialect: str) -> dict[str, Any]:
             policy_version=sa.func.coalesce(t.policy_version, sa.bindparam("b_policy", type_=sa.String)),
         ),
     }
+
+
+def _locked(dialect: str, query: sa.Select[Any]) -> sa.Select[Any]:
+    return query.with_for_update(read=True, key_share=True) if dialect == "postgresql" else query
 
 
 def dialect_insert(conn: sa.Connection, table: sa.Table) -> postgresql.Insert | sqlite.Insert:
@@ -115,23 +124,57 @@ def apply(conn: sa.Connection, events: Sequence[AnyEvent], *, optimistic: bool =
     new = [e for e in batch if e.event_id in claimed and e.trajectory_id not in purged]
     if not new:
         return 0
-    _check_tenants(new, {tid: row.tenant_id for tid, row in existing.items()})
+    kinds = _by_kind(new)
+    _check_tenants(kinds[TrajectoryStarted], new, {tid: row.tenant_id for tid, row in existing.items()})
 
     starts: dict[str, TrajectoryStarted] = {}
-    for e in new:
-        if isinstance(e, TrajectoryStarted):
-            starts.setdefault(e.trajectory_id, e)
-    ends = [e for e in new if isinstance(e, TrajectoryEnded)]
+    for e in kinds[TrajectoryStarted]:
+        starts.setdefault(e.trajectory_id, e)
+    ends = kinds[TrajectoryEnded]
     ended_on_insert = _write_headers(conn, starts, existing, ends, optimistic)
     _write_placeholders(conn, [e for e in new if e.trajectory_id not in existing and e.trajectory_id not in starts])
 
-    step_rows = [step_row(e.trajectory_id, e.step) for e in new if isinstance(e, StepAppended)]
-    _insert_new(conn, steps, step_rows, optimistic)
-    signal_rows = [signal_row(e.trajectory_id, e.signal) for e in new if isinstance(e, SignalAttached)]
+    step_events = kinds[StepAppended]
+    if optimistic and len(step_events) >= COPY_MIN_ROWS:
+        # Each row is made (its body serialized) while COPY sends the ones before: the server parses rows
+        # on one core while the client makes the next on another, instead of one after the other.
+        pg_copy.copy_stream(conn, steps, STEP_COLUMNS, _step_values_for_copy(step_events))
+    elif conn.dialect.name == "sqlite":
+        step_rows = [step_values(e.trajectory_id, e.step) for e in step_events]
+        sqlite_bulk.insert_values_or_ignore(conn, steps, STEP_COLUMNS, step_rows)
+    else:
+        _insert_new(conn, steps, [step_row(e.trajectory_id, e.step) for e in step_events], optimistic)
+    signal_rows = [signal_row(e.trajectory_id, e.signal) for e in kinds[SignalAttached]]
     _insert_new(conn, signals, signal_rows, optimistic)
-    _write_versions(conn, [e for e in new if isinstance(e, VersionsNamed)])
+    _write_versions(conn, kinds[VersionsNamed])
     _write_ends(conn, [e for e in ends if e.trajectory_id not in ended_on_insert])
     return len(new)
+
+
+_KINDS = (TrajectoryStarted, StepAppended, SignalAttached, TrajectoryEnded, VersionsNamed)
+
+
+def _by_kind(events: Sequence[AnyEvent]) -> dict[type[Any], list[Any]]:
+    """The events of each type, each list in batch order (one pass instead of one per type)."""
+    kinds: dict[type[Any], list[Any]] = {kind: [] for kind in _KINDS}
+    for e in events:
+        bucket = kinds.get(type(e))
+        if bucket is None:  # (a subclass)
+            bucket = next(kinds[kind] for kind in _KINDS if isinstance(e, kind))
+        bucket.append(e)
+    return kinds
+
+
+def _step_values_for_copy(events: Iterable[StepAppended]) -> Iterator[tuple[Any, ...]]:
+    for e in events:
+        values = step_values(e.trajectory_id, e.step)
+        started = values[_STARTED_AT]
+        if started.tzinfo is None:  # (naive means UTC, as `UTCDateTime` binds it; binary COPY needs it aware)
+            values = (*values[:_STARTED_AT], started.replace(tzinfo=UTC), *values[_STARTED_AT + 1 :])
+        yield values
+
+
+_STARTED_AT = STEP_COLUMNS.index("started_at")
 
 
 def _insert_new(conn: sa.Connection, table: sa.Table, rows: Sequence[dict[str, Any]], optimistic: bool) -> None:
@@ -157,10 +200,7 @@ def _existing(conn: sa.Connection, ids: Sequence[str]) -> dict[str, sa.Row[Any]]
 
 
 def _purged(conn: sa.Connection, missing: Sequence[str]) -> set[str]:
-    """Trajectories that had events applied but no longer exist: they were deleted on purpose.
-
-    One statement (one snapshot): a trajectory another writer creates meanwhile is not mistaken for purged.
-    """
+    """Of trajectories that do not exist, those deleted on purpose (`delete_trajectories` leaves a tombstone)."""
     out: set[str] = set()
     for part in chunked(missing):
         out.update(conn.scalars(_statements(conn.dialect.name)["purged"], {"ids": list(part)}))
@@ -206,18 +246,23 @@ _PG_CLAIM = sa.text(
 )
 
 
-def _check_tenants(events: Iterable[AnyEvent], owners: dict[str, str]) -> None:
-    ordered = sorted(events, key=lambda e: not isinstance(e, TrajectoryStarted))  # starts name the owner first
-    for e in ordered:
-        if isinstance(e, TrajectoryStarted) and e.header.tenant_id != e.tenant_id:
+def _check_tenants(starts: Sequence[TrajectoryStarted], events: Iterable[AnyEvent], owners: dict[str, str]) -> None:
+    for start in starts:  # starts name the owner first
+        if start.header.tenant_id != start.tenant_id:
             raise StoreError(
-                f"event {e.event_id}: header tenant {e.header.tenant_id!r} != event tenant {e.tenant_id!r}"
+                f"event {start.event_id}: header tenant {start.header.tenant_id!r} != event tenant {start.tenant_id!r}"
             )
-        owner = owners.setdefault(e.trajectory_id, e.tenant_id)
-        if owner != e.tenant_id:
-            raise StoreError(
-                f"event {e.event_id} of tenant {e.tenant_id!r} targets trajectory {e.trajectory_id} of another tenant"
-            )
+        _check_owner(start, owners)
+    for e in events:  # (starts again: a no-op, their owners are set)
+        _check_owner(e, owners)
+
+
+def _check_owner(e: AnyEvent, owners: dict[str, str]) -> None:
+    owner = owners.setdefault(e.trajectory_id, e.tenant_id)
+    if owner != e.tenant_id:
+        raise StoreError(
+            f"event {e.event_id} of tenant {e.tenant_id!r} targets trajectory {e.trajectory_id} of another tenant"
+        )
 
 
 def _write_headers(

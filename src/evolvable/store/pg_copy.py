@@ -17,7 +17,7 @@ their lengths (server CPU per step row 36-44 us in text format, 22-30 us binary,
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from functools import cache
 from operator import itemgetter
@@ -63,6 +63,12 @@ def copy_rows(conn: sa.Connection, table: sa.Table, rows: Sequence[Mapping[str, 
     _copy(conn, table, columns, _values(table, columns, rows))
 
 
+def copy_stream(conn: sa.Connection, table: sa.Table, columns: Sequence[str], values: Iterable[Sequence[Any]]) -> None:
+    """COPY rows as `values` yields them (timestamps aware), sending each chunk as it fills: the server
+    parses the first rows while the caller still makes the later ones. A unique violation propagates."""
+    _copy(conn, table, columns, values)
+
+
 def _values(table: sa.Table, columns: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
     """Rows as tuples in `columns` order. Only naive timestamps need converting (`UTCDateTime` takes them
     as UTC); the binary dumpers take every other value as it is, so the usual batch is one C-level pass."""
@@ -86,7 +92,7 @@ def copy_new_rows(conn: sa.Connection, table: sa.Table, rows: Sequence[Mapping[s
     return True
 
 
-def _copy(conn: sa.Connection, table: sa.Table, columns: Sequence[str], values: Sequence[Sequence[Any]]) -> None:
+def _copy(conn: sa.Connection, table: sa.Table, columns: Sequence[str], values: Iterable[Sequence[Any]]) -> None:
     statement = f"COPY {table.name} ({', '.join(columns)}) FROM STDIN (FORMAT BINARY)"
     driver = conn.connection.driver_connection
     if driver is None:  # (only a closed pool entry has none)

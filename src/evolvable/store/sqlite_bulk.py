@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
+from operator import itemgetter
 from typing import Any
 
 import sqlalchemy as sa
 
+from evolvable.store.engine import dumps_json
 from evolvable.store.tables.types import UTCDateTime
 
 
@@ -25,23 +27,46 @@ def insert_or_ignore(conn: sa.Connection, table: sa.Table, rows: Sequence[Mappin
     if not rows:
         return
     columns = list(rows[0])
+    insert_values_or_ignore(conn, table, columns, _tuples(columns, rows))
+
+
+def insert_values_or_ignore(
+    conn: sa.Connection, table: sa.Table, columns: Sequence[str], values: Sequence[Sequence[Any]]
+) -> None:
+    """As `insert_or_ignore`, for rows already given as values in `columns` order (no dict per row)."""
+    if not values:
+        return
     placeholders = ", ".join("?" for _ in columns)
     statement = f"INSERT INTO {table.name} ({', '.join(columns)}) VALUES ({placeholders}) ON CONFLICT DO NOTHING"
-    conn.exec_driver_sql(statement, bound_rows(conn, table, columns, rows))
+    conn.exec_driver_sql(statement, _bound(conn, table, columns, values))
 
 
-def bound_rows(
-    conn: sa.Connection, table: sa.Table, columns: Sequence[str], rows: Sequence[Mapping[str, Any]]
+def _tuples(columns: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
+    get = itemgetter(*columns)
+    return [get(row) for row in rows] if len(columns) > 1 else [(get(row),) for row in rows]
+
+
+def _bound(
+    conn: sa.Connection, table: sa.Table, columns: Sequence[str], values: Sequence[Sequence[Any]]
 ) -> list[tuple[Any, ...]]:
     """Rows as driver-ready tuples, converted as SQLAlchemy's bind processors would."""
-    converters = [_converter(table.c[name], conn.dialect) for name in columns]
-    pairs = list(zip(columns, converters, strict=True))
-    return [tuple(row[name] if convert is None else convert(row[name]) for name, convert in pairs) for row in rows]
+    converted = [(i, c) for i, name in enumerate(columns) if (c := _converter(table.c[name], conn.dialect)) is not None]
+    if not converted:
+        return [tuple(row) for row in values]
+    out: list[tuple[Any, ...]] = []
+    for row in values:  # (one list per row, converted in place: a generator per row cost more than the insert)
+        items = list(row)
+        for i, convert in converted:
+            items[i] = convert(items[i])
+        out.append(tuple(items))
+    return out
 
 
 def _converter(column: sa.Column[Any], dialect: sa.Dialect) -> Callable[[Any], Any] | None:
     if isinstance(column.type, UTCDateTime):
         return _memoized(sqlite_utc_text)
+    if isinstance(column.type, sa.JSON) and not column.nullable:
+        return dumps_json  # (the engine's JSON serializer: what the type's bind processor calls, minus its wrapper)
     return column.type.dialect_impl(dialect).bind_processor(dialect)
 
 

@@ -11,12 +11,12 @@ import sqlalchemy as sa
 from pydantic import TypeAdapter, ValidationError
 
 from evolvable.errors import NotFound, ProtocolError, StoreError
-from evolvable.protocol.models import Event, Trajectory, TrajectoryHeader, TrajectoryStatus, events_for
+from evolvable.protocol.models import Event, Trajectory, TrajectoryHeader, TrajectoryStatus, events_for, utcnow
 from evolvable.store import ingest, migrate, pg_copy
 from evolvable.store.engine import WRITE_OPTIONS, create_engine, redacted
 from evolvable.store.filters import TrajectoryFilter, decode_cursor, encode_cursor
 from evolvable.store.rows import assemble, header_from_row
-from evolvable.store.tables.trajectories import signals, steps, trajectories
+from evolvable.store.tables.trajectories import purged_trajectories, signals, steps, trajectories
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class Store:
     def delete_trajectories(self, f: TrajectoryFilter, *, batch_size: int = 500) -> int:
         """Purge matching trajectories with their steps and signals; returns how many were removed.
 
-        Their event ids stay in the ledger, so a replayed event cannot bring them back.
+        Their event ids stay in the ledger and each leaves a tombstone, so no replayed or late event brings it back.
         An empty filter is refused: say what to delete.
         """
         if f.is_empty():
@@ -119,9 +119,16 @@ class Store:
                 ids = list(conn.scalars(sa.select(_T.id).where(*f.where()).limit(batch_size)))
                 if not ids:
                     return removed
-                conn.execute(sa.delete(steps).where(steps.c.trajectory_id.in_(ids)))
-                conn.execute(sa.delete(signals).where(signals.c.trajectory_id.in_(ids)))
-                removed += conn.execute(sa.delete(trajectories).where(_T.id.in_(ids))).rowcount
+                # Parents first: on PostgreSQL this waits for writers holding them (ingest locks the parents it
+                # appends to), so the children deleted next include theirs (no foreign key cascades them).
+                gone = list(conn.scalars(sa.delete(trajectories).where(_T.id.in_(ids)).returning(_T.id)))
+                conn.execute(sa.delete(steps).where(steps.c.trajectory_id.in_(gone)))
+                conn.execute(sa.delete(signals).where(signals.c.trajectory_id.in_(gone)))
+                if gone:  # tombstones: events for these trajectories are dropped from now on
+                    now = utcnow()
+                    tombstones = [{"id": tid, "purged_at": now} for tid in gone]
+                    conn.execute(ingest.dialect_insert(conn, purged_trajectories).on_conflict_do_nothing(), tombstones)
+                removed += len(gone)
 
     # ----------------------------------------------------------------- reads
 

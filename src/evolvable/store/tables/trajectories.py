@@ -53,12 +53,8 @@ steps = sa.Table(
     "steps",
     metadata,
     sa.Column("seq", AutoIncrementBigInt, primary_key=True, autoincrement=True, comment="Arrival order."),
-    sa.Column(
-        "trajectory_id",
-        sa.String,
-        sa.ForeignKey("trajectories.id", ondelete="CASCADE"),
-        nullable=False,
-    ),
+    # Not a foreign key (migration 0005): ingest writes and locks the parent, purges delete the children.
+    sa.Column("trajectory_id", sa.String, nullable=False),
     sa.Column("step_id", sa.String, nullable=False),
     sa.Column("kind", sa.String, nullable=False),
     sa.Column("tool_call_id", sa.String),
@@ -72,12 +68,8 @@ signals = sa.Table(
     "signals",
     metadata,
     sa.Column("seq", AutoIncrementBigInt, primary_key=True, autoincrement=True, comment="Arrival order."),
-    sa.Column(
-        "trajectory_id",
-        sa.String,
-        sa.ForeignKey("trajectories.id", ondelete="CASCADE"),
-        nullable=False,
-    ),
+    # Not a foreign key (migration 0005): ingest writes and locks the parent, purges delete the children.
+    sa.Column("trajectory_id", sa.String, nullable=False),
     sa.Column("signal_id", sa.String, nullable=False),
     sa.Column(
         "step_id", sa.String, comment="None: about the whole trajectory. Not a foreign key: may precede its step."
@@ -95,6 +87,14 @@ applied_events = sa.Table(
     sa.Column("event_id", sa.String, primary_key=True),
     sa.Column("trajectory_id", sa.String, nullable=False),
     sa.Column("applied_at", UTCDateTime, nullable=False),
-    sa.Index(None, "trajectory_id"),
     comment="Every event id ever applied. Kept after a purge, so replayed events cannot resurrect deleted data.",
+    sqlite_with_rowid=False,  # (the primary key index is the table: one B-tree per claim, migration 0005)
+)
+
+purged_trajectories = sa.Table(
+    "purged_trajectories",
+    metadata,
+    sa.Column("id", sa.String, primary_key=True),
+    sa.Column("purged_at", UTCDateTime, nullable=False),
+    comment="Trajectories deleted on purpose: events for them are dropped, so replays cannot resurrect them.",
 )
