@@ -2,7 +2,8 @@
 
 Put this directory first on PYTHONPATH and set GC_PROBE_OUT to a path prefix; each process then
 writes `<prefix>.<pid>.json` at exit: per generation, the collections made after the process froze
-its heap (`gc.freeze()`, i.e. while serving), their wall and CPU time, and for the first 40 what the
+its heap (`gc.freeze()`, i.e. while serving; in the proxy's writer process, all of them), their wall and
+CPU time, and for the first 40 what the
 collected generation held and what it freed. Used for the c=1 tail (docs/PERFORMANCE.md):
 
     GC_PROBE_OUT=/tmp/gc PYTHONPATH=benchmarks/gc_probe:src .venv/bin/python benchmarks/proxy_overhead.py \\
@@ -36,6 +37,7 @@ TOP = 5
 _pauses: list[tuple[int, float, float]] = []
 _samples: list[dict[str, Any]] = []
 _start: dict[str, Any] = {}
+_child = {"is": False, "dumped": 0.0}
 
 
 def _hint(o: object) -> str:
@@ -84,8 +86,16 @@ class _Calls:
         return [(name, int(n), round(s * 1000, 3)) for name, (n, s) in ranked]
 
 
+def _serving() -> bool:
+    """The heap was frozen (the proxy serving), or this is the proxy's forked writer process."""
+    if gc.get_freeze_count() > 0:
+        return True
+    mp = sys.modules.get("multiprocessing")
+    return mp is not None and mp.current_process().name == "evolvable-writer"
+
+
 def _callback(phase: str, info: dict[str, Any]) -> None:
-    serving = gc.get_freeze_count() > 0
+    serving = _serving()
     if phase == "start":
         if serving and len(_samples) < SAMPLES:
             with _detached():
@@ -131,6 +141,10 @@ def _callback(phase: str, info: dict[str, Any]) -> None:
             sample["freed"] = sorted(freed.items(), key=lambda kv: -kv[1])[:8]
             if calls is not None:
                 sample["calls"] = calls.top()
+    if _child["is"] and time.monotonic() - _child["dumped"] > 1.0:
+        _child["dumped"] = time.monotonic()  # the writer dies by SIGTERM with its process group: dump as it goes
+        with _detached():
+            _dump()
 
 
 class _detached:
@@ -153,7 +167,15 @@ def _dump() -> None:
         entry["wall_max_ms"] = max(entry["wall_max_ms"], wall * 1000)
         entry["cpu_max_ms"] = max(entry["cpu_max_ms"], cpu * 1000)
         entry["cpu_ms"] += cpu * 1000
-    report = {"argv": sys.argv[:4], "threshold": gc.get_threshold(), "serving": by_generation, "samples": _samples}
+    mp = sys.modules.get("multiprocessing")
+    name = mp.current_process().name if mp is not None else "MainProcess"
+    report = {
+        "argv": sys.argv[:4],
+        "process": name,
+        "threshold": gc.get_threshold(),
+        "serving": by_generation,
+        "samples": _samples,
+    }
     with open(f"{OUT}.{os.getpid()}.json", "w") as f:
         json.dump(report, f)
 
@@ -165,7 +187,20 @@ def _on_sigterm(signum: int, frame: object) -> None:
     os.kill(os.getpid(), signum)
 
 
+def _after_fork() -> None:
+    """A forked child (the writer) reports its own collections; multiprocessing ends it with `os._exit`,
+    which skips atexit, so it dumps from multiprocessing's exit finalizers."""
+    _pauses.clear()
+    _samples.clear()
+    _start.clear()
+    _child["is"] = True
+    mp_util = sys.modules.get("multiprocessing.util")
+    if mp_util is not None:
+        mp_util.Finalize(None, _dump, exitpriority=100)
+
+
 if OUT:
+    os.register_at_fork(after_in_child=_after_fork)
     gc.callbacks.append(_callback)
     atexit.register(_dump)
     signal.signal(signal.SIGTERM, _on_sigterm)
