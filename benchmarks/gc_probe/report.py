@@ -20,7 +20,8 @@ def main() -> None:
         report = json.load(open(path))  # noqa: SIM115
         if not report["serving"]:
             continue
-        print(f"{path}: {' '.join(report['argv'][:3])} threshold={report['threshold']}")
+        src = next((p for p in report.get("pythonpath", "").split(":") if p.endswith("/src")), "")
+        print(f"{path}: {report.get('process')} src={src} threshold={report['threshold']}")
         for generation, entry in sorted(report["serving"].items()):
             print(
                 f"  gen{generation}: {entry['n']} collections, {entry['cpu_ms']:.1f} ms CPU in all, "

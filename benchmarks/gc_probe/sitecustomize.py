@@ -170,7 +170,8 @@ def _dump() -> None:
     mp = sys.modules.get("multiprocessing")
     name = mp.current_process().name if mp is not None else "MainProcess"
     report = {
-        "argv": sys.argv[:4],
+        "argv": sys.argv[:12],
+        "pythonpath": os.environ.get("PYTHONPATH", ""),
         "process": name,
         "threshold": gc.get_threshold(),
         "serving": by_generation,

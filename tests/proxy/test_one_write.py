@@ -5,14 +5,16 @@ uvicorn writes shows up here."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
+import weakref
 from typing import Any
 
 import pytest
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
-from evolvable.proxy.one_write import one_write_send
+from evolvable.proxy.one_write import OneWriteSend
 
 
 class Transport:
@@ -50,7 +52,7 @@ def _cycle(transport: Transport, *, keep_alive: bool = True, method: str = "POST
         keep_alive=keep_alive,
         on_response=lambda: None,
     )
-    cycle.send = one_write_send(cycle)
+    cycle.send = OneWriteSend(cycle)
     return cycle
 
 
@@ -133,3 +135,18 @@ async def test_head_replies_declare_a_length_and_send_no_body() -> None:
     await cycle.send(_start(7))
     await cycle.send(_body(b""))
     assert len(transport.writes) == 1 and transport.writes[0].endswith(b"content-length: 7\r\n\r\n")
+
+
+async def test_a_cycle_is_freed_without_the_garbage_collector() -> None:
+    """Per request: a reference cycle here would leave every request's objects to the collector's pauses."""
+    transport = Transport()
+    cycle = _cycle(transport)
+    await cycle.send(_start(2))
+    await cycle.send(_body(b"{}"))
+    gone = weakref.ref(cycle)
+    gc.disable()
+    try:
+        del cycle
+        assert gone() is None
+    finally:
+        gc.enable()

@@ -10,11 +10,11 @@ arrives; if that body is the whole reply (`more_body` false) both go out in one 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, MutableMapping
+import weakref
+from collections.abc import MutableMapping
 from typing import Any
 
 Message = MutableMapping[str, Any]
-Send = Callable[[Message], Awaitable[None]]
 
 
 class _Gathered:
@@ -47,36 +47,45 @@ def _declares_length(message: Message) -> bool:
     return any(name.lower() == b"content-length" for name, _ in message.get("headers", ()))
 
 
-def one_write_send(cycle: Any) -> Send:
-    """`cycle.send` (uvicorn's `RequestResponseCycle`), writing a whole reply with a known length at once."""
-    send: Send = cycle.send
-    held: Message | None = None
+class OneWriteSend:
+    """`cycle.send` for uvicorn's `RequestResponseCycle`, writing a whole reply of known length at once.
 
-    async def send_once(message: Message) -> None:
-        nonlocal held
+    Set as the cycle's `send`, it holds the cycle weakly: a strong reference back would make every
+    request's cycle (its scope, event, task...) cyclic garbage, which only the garbage collector frees,
+    in pauses of the event loop."""
+
+    __slots__ = ("_cycle", "_held")
+
+    def __init__(self, cycle: Any) -> None:
+        self._cycle = weakref.ref(cycle)
+        self._held: Message | None = None
+
+    async def __call__(self, message: Message) -> None:
+        cycle = self._cycle()
+        if cycle is None:  # pragma: no cover - the cycle's task holds it while the app runs
+            return
+        send = type(cycle).send
         kind = message["type"]
         if kind == "http.response.start":
             if not cycle.response_started and _declares_length(message):
-                held = message  # not written yet: a later start (uvicorn's 500) simply replaces it
+                self._held = message  # not written yet: a later start (uvicorn's 500) simply replaces it
                 return
-            held = None
-            await send(message)
+            self._held = None
+            await send(cycle, message)
             return
-        if held is None:
-            await send(message)
+        start, self._held = self._held, None
+        if start is None:
+            await send(cycle, message)
             return
-        start, held = held, None
         if kind != "http.response.body" or message.get("more_body", False) or cycle.flow.write_paused:
-            await send(start)
-            await send(message)
+            await send(cycle, start)
+            await send(cycle, message)
             return
         transport = cycle.transport
         gathered = cycle.transport = _Gathered(transport)
         try:
-            await send(start)
-            await send(message)
+            await send(cycle, start)
+            await send(cycle, message)
         finally:
             cycle.transport = transport
             gathered.flush()
-
-    return send_once

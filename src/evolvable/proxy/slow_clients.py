@@ -15,7 +15,7 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from evolvable.http_errors import openai_error_body
-from evolvable.proxy.one_write import one_write_send
+from evolvable.proxy.one_write import OneWriteSend
 
 _TIMEOUT_BODY = openai_error_body("request not received in time", "invalid_request_error", "request_timeout")
 _TIMEOUT_RESPONSE = (
@@ -50,7 +50,7 @@ class DeadlineHttpToolsProtocol(HttpToolsProtocol):
         super().on_message_complete()
 
     def _start_asgi_task(self, cycle: Any, app: Any) -> None:
-        cycle.send = one_write_send(cycle)  # the app is handed `cycle.send` when its task first runs
+        cycle.send = OneWriteSend(cycle)  # the app is handed `cycle.send` when its task first runs
         super()._start_asgi_task(cycle, app)
 
     def _arm_read_deadline(self) -> None:
