@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import logging
 import multiprocessing
 import os
@@ -350,6 +351,10 @@ class WriterRunner:
 
 def _child_main(writer: BackgroundWriter, stop: Any, parent_pid: int, close_fds: tuple[int, ...], nice: int) -> None:
     """The writer process: no inherited locks, connections or signal handlers of the proxy."""
+    # The heap inherited from the proxy (~10^5 objects) lives as long as this process: out of the cyclic GC,
+    # whose full collections traversed all of it (~140 ms of CPU each, several per minute under load;
+    # docs/PERFORMANCE.md). Freezing only relinks the GC's lists: no object, so no shared page, is touched.
+    gc.freeze()
     for fd in close_fds:  # e.g. the spool directory lock: it must die with the proxy, not with us
         with contextlib.suppress(OSError):
             os.close(fd)
