@@ -35,6 +35,7 @@ from evolvable.proxy.records import decode as decode_record
 from evolvable.proxy.sessions import SessionManager
 from evolvable.proxy.spool import SpoolReader
 from evolvable.store import Store
+from evolvable.telemetry.metrics import flush_writer_snapshot
 
 log = logging.getLogger("evolvable.proxy.writer")
 
@@ -149,8 +150,10 @@ class BackgroundWriter:
                 continue  # a backlog: keep going
             if n:
                 idle = self.idle_s  # a trickle: let a batch gather (fewer transactions, less CPU per record)
-            elif should_stop():
-                return
+            else:
+                flush_writer_snapshot()  # idle: the metrics of the last batches, rate-limited while busy
+                if should_stop():
+                    return
             time.sleep(idle)
             if not n:
                 idle = min(idle * 1.5, 0.1)
