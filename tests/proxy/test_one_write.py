@@ -39,7 +39,7 @@ class Transport:
 
 def _cycle(transport: Transport, *, keep_alive: bool = True, method: str = "POST") -> Any:
     log = logging.getLogger("test")
-    cycle = RequestResponseCycle(
+    cycle: Any = RequestResponseCycle(
         scope={"type": "http", "method": method, "path": "/", "headers": []},  # type: ignore[typeddict-item]
         transport=transport,  # type: ignore[arg-type]
         flow=FlowControl(transport),  # type: ignore[arg-type]

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from prometheus_client import generate_latest
+from prometheus_client.registry import CollectorRegistry
 
 from evolvable.telemetry import metrics
 
@@ -16,11 +18,10 @@ def test_snapshots_are_rate_limited_and_flushed_when_idle(tmp_path: Path, monkey
     monkeypatch.setattr(metrics, "_snapshot_written_at", float("-inf"))
     monkeypatch.setattr(metrics, "_snapshot_pending", False)
     rendered: list[int] = []
-    real = metrics.generate_latest
 
-    def counting(registry: object) -> bytes:
+    def counting(registry: CollectorRegistry) -> bytes:
         rendered.append(1)
-        return real(registry)  # type: ignore[arg-type]
+        return generate_latest(registry)
 
     monkeypatch.setattr(metrics, "generate_latest", counting)
     for _ in range(20):  # one batch after another
