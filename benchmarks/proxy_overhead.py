@@ -12,6 +12,11 @@ also time to first byte) and requests/s. "Added" = target minus direct, per perc
 The same Evolvable process is also measured through `/v1/responses` and `/v1/messages` (translated to
 chat for this chat-only upstream); the checks report what translation adds over the chat endpoint.
 
+`--baseline-src DIR` adds a second Evolvable target run from another source tree (DIR is its `src/`, e.g. a
+`git worktree` of main), measured in the same interleaved rounds, so a change is compared with what it
+changes under the same background load; `--no-wire` skips the Responses/Messages endpoints. Besides CPU
+per request, each proxy's run-queue wait per request (schedstat: runnable, but no core) is reported.
+
 Writes benchmarks/results/proxy_overhead.json (`--results PATH` for another file) and prints a Rich table.
 """
 
