@@ -6,6 +6,7 @@ import asyncio
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -227,3 +228,23 @@ def test_records_written_by_callers_keep_the_segment_open(tmp_path: Path) -> Non
         assert len(list_segments(tmp_path)) == 1
         time.sleep(0.4)  # now idle: rotated
         assert len(list_segments(tmp_path)) == 2
+
+
+def test_a_slow_inline_write_sends_records_through_the_spool_thread_for_a_while(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import evolvable.proxy.spool as spool_module
+
+    real_write = spool_module.os.write
+
+    def slow_write(fd: int, data: Any) -> int:
+        time.sleep(0.03)
+        return real_write(fd, data)
+
+    with Spool(tmp_path, fsync="interval") as spool:
+        monkeypatch.setattr(spool_module.os, "write", slow_write)
+        assert spool.write_now(b"slow") is True
+        monkeypatch.setattr(spool_module.os, "write", real_write)
+        assert spool.write_now(b"next") is None  # the event loop is not held up again right away
+        spool._inline_after = 0.0
+        assert spool.write_now(b"later") is True

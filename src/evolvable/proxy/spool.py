@@ -269,6 +269,10 @@ class Spool:
         self._syncer: _Syncer | None = None
         self._opened_at = 0.0
         self._last_write = 0.0
+        self._inline_after = 0.0
+        self.slow_write_s = 0.01
+        """An inline write (`write_now`) slower than this (a disk stall, well above a scheduling delay) sends
+        records through the spool thread for a second."""
         self.last_error: str | None = None
         self.dropped = 0
         """Records handed to the spool that could not be written (disk full, I/O error); never silent."""
@@ -377,13 +381,15 @@ class Spool:
         to wait for a core, were most of the capture path's latency and CPU (docs/PERFORMANCE.md). What
         can wait on the disk stays in threads: `fsync: batch` always goes through the spool thread, and
         `interval` syncs are the syncer's. Order is kept: nothing queued earlier is overtaken. Rotation
-        (an aged or full segment) and a failing disk's probes are left to the spool thread."""
+        (an aged or full segment) and a failing disk's probes are left to the spool thread, and so is every
+        record for a second after a `write` took longer than `slow_write_s` (a disk under pressure must not
+        hold up the event loop)."""
         if self.fsync == "batch" or self.failing or self._enqueued != self._handled or self._thread is None:
             return None
-        if not self._file_lock.acquire(blocking=False):
+        now = time.monotonic()
+        if now < self._inline_after or not self._file_lock.acquire(blocking=False):
             return None
         try:
-            now = time.monotonic()
             if (
                 self._enqueued != self._handled
                 or self._fd is None
@@ -397,7 +403,9 @@ class Spool:
             except OSError as err:
                 ok = False
                 self._record_failure(err, 1)
-            self._last_write = now
+            self._last_write = time.monotonic()
+            if self._last_write - now > self.slow_write_s:
+                self._inline_after = self._last_write + 1.0
             self._enqueued += 1
             end = (self._active_seq, self._active_size)
             with self._cond:
