@@ -181,6 +181,7 @@ def test_a_lone_durable_record_is_written_by_the_caller(tmp_path: Path) -> None:
             spool._queue.put_nowait = handed_over  # type: ignore[method-assign]
 
     with Spool(tmp_path, fsync="interval") as spool:
+        spool.slow_write_s = 60.0  # a loaded machine must not divert these to the spool thread
         asyncio.run(run(spool))
         assert spool.enqueued == 5 and spool.wait_written(5, 1) == spool.end
     assert _drain(Spool(tmp_path).open()) == [f"r{i}".encode() for i in range(5)]
@@ -205,6 +206,7 @@ def test_batch_fsync_and_an_aged_segment_go_through_the_spool_thread(tmp_path: P
     with Spool(tmp_path / "batch", fsync="batch") as spool:
         assert spool.write_now(b"r") is None  # its fdatasync must not run on the event loop
     with Spool(tmp_path / "aged", fsync="interval", max_segment_age_s=0.2) as spool:
+        spool.slow_write_s = 60.0  # only the segment's age may stop inline writes here (not a loaded machine)
         written = 0
         while spool.write_now(b"young") is True:  # kept busy (not idle) until the segment is too old
             written += 1
@@ -216,17 +218,18 @@ def test_batch_fsync_and_an_aged_segment_go_through_the_spool_thread(tmp_path: P
         while spool.write_now(b"next") is None:  # until the spool thread has rotated
             assert time.monotonic() < deadline
             time.sleep(0.01)
-        assert len(list_segments(tmp_path / "aged")) == 2
+        assert len(list_segments(tmp_path / "aged")) >= 2  # (an idle moment on a loaded machine may add one)
 
 
 def test_records_written_by_callers_keep_the_segment_open(tmp_path: Path) -> None:
     """Idle rotation closes a segment nobody writes to, not one that `write_now` keeps writing."""
-    with Spool(tmp_path, fsync="interval", rotate_idle_s=0.1, max_segment_age_s=30) as spool:
-        for i in range(12):
+    with Spool(tmp_path, fsync="interval", rotate_idle_s=0.3, max_segment_age_s=30) as spool:
+        spool.slow_write_s = 60.0
+        for i in range(20):
             assert spool.write_now(f"r{i}".encode()) is True
-            time.sleep(0.03)
+            time.sleep(0.02)
         assert len(list_segments(tmp_path)) == 1
-        time.sleep(0.4)  # now idle: rotated
+        time.sleep(1.0)  # now idle: rotated
         assert len(list_segments(tmp_path)) == 2
 
 
