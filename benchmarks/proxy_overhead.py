@@ -12,6 +12,11 @@ also time to first byte) and requests/s. "Added" = target minus direct, per perc
 The same Evolvable process is also measured through `/v1/responses` and `/v1/messages` (translated to
 chat for this chat-only upstream); the checks report what translation adds over the chat endpoint.
 
+`--baseline-src DIR` adds a second Evolvable target run from another source tree (DIR is its `src/`, e.g. a
+`git worktree` of main), measured in the same interleaved rounds, so a change is compared with what it
+changes under the same background load; `--no-wire` skips the Responses/Messages endpoints. Besides CPU
+per request, each proxy's run-queue wait per request (schedstat: runnable, but no core) is reported.
+
 Writes benchmarks/results/proxy_overhead.json (`--results PATH` for another file) and prints a Rich table.
 """
 
@@ -41,6 +46,9 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "proxy_overhead.json"
 LITELLM_BIN = ROOT / ".venv-bench-litellm" / "bin" / "litellm"
 MASTER_KEY = "sk-bench-master"
+EVOLVABLE = "evolvable (capture on)"
+BASELINE = "evolvable baseline"
+"""`--baseline-src DIR`: the same proxy run from another source tree (DIR is its `src/`), in the same rounds."""
 REQUEST = {
     "model": "mock",
     "messages": [
@@ -207,6 +215,18 @@ def cpu_seconds(pid: int) -> float:
     return total
 
 
+def runqueue_seconds(pid: int) -> float:
+    """Time the threads of one process (not its children: Evolvable's writer is niced and off the request
+    path) spent runnable but waiting for a core (Linux schedstat): how much of a target's latency is the
+    scheduler's, not its own work."""
+    total = 0.0
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                total += int((task / "schedstat").read_text().split()[1]) / 1e9
+    return total
+
+
 def wait_capture_drained(port: int, timeout_s: float = 60.0) -> float:
     """Seconds until Evolvable's background writer has applied everything spooled."""
     import httpx
@@ -267,6 +287,9 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     if cpu and requests:
         # Includes the warm-up requests' CPU, so it is slightly high; the same for every proxy.
         summary["proxy_cpu_ms_per_request"] = 1000 * sum(cpu) / requests
+    waits = [r["runq_s"] for r in runs if r.get("runq_s") is not None]
+    if waits and requests:
+        summary["proxy_runq_ms_per_request"] = 1000 * sum(waits) / requests
     if overheads:
         summary["overhead_header_p50"] = statistics.median(overheads)
         summary["overhead_header_p99"] = pct(overheads, 99)
@@ -325,6 +348,8 @@ def orchestrate(
     rounds: int,
     boost: bool,
     evolvable_config: Path | None = None,
+    baseline_src: Path | None = None,
+    no_wire: bool = False,
 ) -> dict[str, Any]:
     from rich.console import Console
     from rich.progress import Progress
@@ -363,33 +388,44 @@ def orchestrate(
                 ),
             )
         )
-        evo_port = free_port()
         evolvable_bin = str(Path(sys.executable).parent / "evolvable")
-        targets.append(
-            (
-                "evolvable (capture on)",
-                f"http://127.0.0.1:{evo_port}/v1/chat/completions",
-                None,
-                lambda: servers.start(
-                    [
-                        evolvable_bin,
-                        "serve",
-                        "--upstream",
-                        mock,
-                        "--port",
-                        str(evo_port),
-                        "--db",
-                        f"sqlite:///{workdir / 'evolvable.db'}",
-                        "--spool-dir",
-                        str(workdir / "spool"),
-                        *(["--config", str(evolvable_config)] if evolvable_config else []),
-                    ],
-                    f"http://127.0.0.1:{evo_port}/v1/proxy/status",
-                    log="evolvable",
-                ),
+
+        def evolvable_target(name: str, port: int, tag: str, src: Path | None) -> None:
+            paths = [str(src), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))] if src else []
+            env = {"PYTHONPATH": os.pathsep.join(paths)} if src else None
+            evolvable_ports[name] = port
+            targets.append(
+                (
+                    name,
+                    f"http://127.0.0.1:{port}/v1/chat/completions",
+                    None,
+                    lambda: servers.start(
+                        [
+                            evolvable_bin,
+                            "serve",
+                            "--upstream",
+                            mock,
+                            "--port",
+                            str(port),
+                            "--db",
+                            f"sqlite:///{workdir / f'evolvable{tag}.db'}",
+                            "--spool-dir",
+                            str(workdir / f"spool{tag}"),
+                            *(["--config", str(evolvable_config)] if evolvable_config else []),
+                        ],
+                        f"http://127.0.0.1:{port}/v1/proxy/status",
+                        env=env,
+                        log=f"evolvable{tag}",
+                    ),
+                )
             )
-        )
-        for wire in ("responses", "messages"):  # the same Evolvable process, through a wire adapter
+
+        evolvable_ports: dict[str, int] = {}
+        evo_port = free_port()
+        evolvable_target(EVOLVABLE, evo_port, "", None)
+        if baseline_src is not None:  # an earlier version, side by side in the same rounds
+            evolvable_target(BASELINE, free_port(), "-baseline", baseline_src)
+        for wire in () if no_wire else ("responses", "messages"):  # the same Evolvable process, through a wire adapter
             targets.append((f"evolvable {wire}", f"http://127.0.0.1:{evo_port}/v1/{wire}", None, None))
         if not skip_litellm:
             if not LITELLM_BIN.exists():
@@ -432,14 +468,17 @@ def orchestrate(
                     for r in range(rounds):
                         progress.update(task, description=f"c={c} {'stream' if stream else 'plain'} round {r + 1}")
                         for name, url, auth, _starter in targets:
-                            pid = pids.get("evolvable (capture on)" if name.startswith("evolvable") else name)
+                            pid = pids.get(name) or (pids.get(EVOLVABLE) if name.startswith("evolvable ") else None)
                             cpu0 = cpu_seconds(pid) if pid else 0.0
+                            wait0 = runqueue_seconds(pid) if pid else 0.0
                             run = measure_raw(url, c, stream, duration_s / rounds, auth)
                             if name.startswith("evolvable"):
                                 # Capture finishes off the request path; let it finish here, so its CPU counts
                                 # for this cell and its backlog does not disturb the next measurement.
-                                run["capture_drain_s"] = wait_capture_drained(evo_port)
+                                port = evolvable_ports.get(name, evo_port)
+                                run["capture_drain_s"] = wait_capture_drained(port)
                             run["cpu_s"] = (cpu_seconds(pid) - cpu0) if pid else None
+                            run["runq_s"] = (runqueue_seconds(pid) - wait0) if pid else None
                             runs[name].append(run)
                         progress.advance(task)
                     for name, *_ in targets:
@@ -455,6 +494,14 @@ def orchestrate(
 
             with sqlite3.connect(workdir / "evolvable.db") as db:
                 results["evolvable_stored_trajectories"] = db.execute("select count(*) from trajectories").fetchone()[0]
+        if BASELINE in evolvable_ports and (workdir / "evolvable-baseline.db").exists():
+            import sqlite3
+
+            results["baseline_capture"] = httpx.get(
+                f"http://127.0.0.1:{evolvable_ports[BASELINE]}/v1/proxy/status"
+            ).json()
+            with sqlite3.connect(workdir / "evolvable-baseline.db") as db:
+                results["baseline_stored_trajectories"] = db.execute("select count(*) from trajectories").fetchone()[0]
     finally:
         servers.stop_all()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -487,6 +534,14 @@ def add_deltas(results: dict[str, Any]) -> None:
         e, li = by[(evo, 16, False)]["added_ttlb_p99"], by[(lite, 16, False)]["added_ttlb_p99"]
         checks["litellm_over_evolvable_added_p99_c16"] = li / e if e > 0 else float("inf")
         checks["target_20x_less_than_litellm"] = li >= 20 * e
+    for (target, c, stream), cell in sorted(by.items(), key=lambda kv: (kv[0][2], kv[0][1])):
+        base = by.get((BASELINE, c, stream))
+        if target != evo or base is None:
+            continue
+        label = f"c{c}{'_stream' if stream else ''}"
+        for key in ("added_ttlb_p50", "added_ttlb_p95", "added_ttlb_p99", "proxy_cpu_ms_per_request", "rps"):
+            if key in cell and key in base:
+                checks[f"vs_baseline_{label}_{key}"] = f"{cell[key]:.3f} vs {base[key]:.3f}"
     for wire in ("responses", "messages"):
         key = (f"evolvable {wire}", 1, False)
         if key in by and (evo, 1, False) in by:
@@ -514,6 +569,7 @@ def print_table(results: dict[str, Any], title: str = "Proxy overhead") -> None:
         "+TTFB p50",
         "req/s",
         "CPU ms/req",
+        "runq ms/req",
         "err",
     ):
         table.add_column(col, justify="right")
@@ -531,6 +587,7 @@ def print_table(results: dict[str, Any], title: str = "Proxy overhead") -> None:
             f"{c['added_ttfb_p50']:+.2f}" if c["stream"] else "",
             f"{c['rps']:.0f}",
             f"{c['proxy_cpu_ms_per_request']:.2f}" if "proxy_cpu_ms_per_request" in c else "",
+            f"{c['proxy_runq_ms_per_request']:.3f}" if "proxy_runq_ms_per_request" in c else "",
             str(c["errors"]),
         )
     console = Console(width=max(Console().width, 140))
@@ -568,6 +625,10 @@ def main() -> None:
     parser.add_argument("--no-boost", action="store_true", help="Do not raise the benchmark's CPU priority.")
     parser.add_argument("--evolvable-config", type=Path, help="A proxy config file for the Evolvable target.")
     parser.add_argument("--results", type=Path, default=RESULTS, help="Where to write the JSON results.")
+    parser.add_argument(
+        "--baseline-src", type=Path, help="Also run Evolvable from this src/ directory (e.g. main's), interleaved."
+    )
+    parser.add_argument("--no-wire", action="store_true", help="Skip the Responses and Messages endpoints.")
     args = parser.parse_args()
     if args.role == "bare":
         run_bare(args.port, args.upstream)
@@ -577,7 +638,14 @@ def main() -> None:
         concurrencies = [int(c) for c in args.concurrency.split(",")]
         with LoadMonitor() as monitor:
             results = orchestrate(
-                args.duration, args.skip_litellm, concurrencies, args.rounds, not args.no_boost, args.evolvable_config
+                args.duration,
+                args.skip_litellm,
+                concurrencies,
+                args.rounds,
+                not args.no_boost,
+                args.evolvable_config,
+                baseline_src=args.baseline_src,
+                no_wire=args.no_wire,
             )
         results["load_average"] = monitor.summary()
         results["environment"] = environment(results["load_average"])

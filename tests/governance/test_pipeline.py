@@ -208,3 +208,19 @@ def test_a_run_can_ask_for_less_capture_never_more(store: Store) -> None:
     fresh = Governor(engine_only(store), directory=governor.directory, redactor=ReplacingRedactor())
     governed = fresh.govern(steps, {private.id: private.run_capture()})
     assert all(e.step.kind != "llm_call" or not e.step.request_messages[1].content for e in governed)
+
+
+def test_governed_events_are_counted_by_the_mode_applied(store: Store) -> None:
+    from evolvable.telemetry import metrics
+
+    governor = _governor(store, ReplacingRedactor(), acme={}, quiet={"capture": "metadata"})
+    full, metadata = make_trajectory(tenant_id="acme"), make_trajectory(tenant_id="quiet")
+
+    def counted(mode: str) -> float:
+        return float(metrics.GOVERNED_EVENTS.labels(mode)._value.get())
+
+    before = counted("full"), counted("metadata")
+    events = events_for(full) + events_for(metadata) + events_for(make_trajectory(tenant_id="acme"))
+    governor.govern(events)
+    assert counted("full") - before[0] == len(events) - len(events_for(metadata))
+    assert counted("metadata") - before[1] == len(events_for(metadata))

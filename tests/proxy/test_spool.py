@@ -6,6 +6,7 @@ import asyncio
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -163,3 +164,90 @@ def test_interval_syncs_never_hold_up_a_waiting_record(tmp_path: Path, monkeypat
     assert synced  # and the data was synced all the same
     records, _ = SpoolReader(tmp_path).read((0, 0), 10)
     assert len(records) == 6
+
+
+def test_a_lone_durable_record_is_written_by_the_caller(tmp_path: Path) -> None:
+    """No thread hand-off when nothing else is pending: the record is in the file when the call returns."""
+
+    async def run(spool: Spool) -> None:
+        handed_over = spool._queue.put_nowait
+        spool._queue.put_nowait = lambda item: pytest.fail("queued")  # type: ignore[method-assign]
+        try:
+            for i in range(5):
+                assert await spool.append_durable(f"r{i}".encode())
+                records, _ = SpoolReader(tmp_path).read((0, 0), 10)
+                assert len(records) == i + 1  # already in the segment file
+        finally:
+            spool._queue.put_nowait = handed_over  # type: ignore[method-assign]
+
+    with Spool(tmp_path, fsync="interval") as spool:
+        spool.slow_write_s = 60.0  # a loaded machine must not divert these to the spool thread
+        asyncio.run(run(spool))
+        assert spool.enqueued == 5 and spool.wait_written(5, 1) == spool.end
+    assert _drain(Spool(tmp_path).open()) == [f"r{i}".encode() for i in range(5)]
+
+
+def test_a_record_never_overtakes_one_queued_before_it(tmp_path: Path) -> None:
+    with Spool(tmp_path, fsync="interval") as spool:
+        with spool._file_lock:  # the spool thread is held before it can write what is queued
+            assert spool.append_nowait(b"first")
+            assert spool.write_now(b"second") is None
+        assert spool.wait_written(1, 5) is not None
+
+        async def second() -> bool:
+            return await spool.append_durable(b"second")
+
+        assert asyncio.run(second())
+        records, _ = SpoolReader(tmp_path).read((0, 0), 10)
+        assert records == [b"first", b"second"]
+
+
+def test_batch_fsync_and_an_aged_segment_go_through_the_spool_thread(tmp_path: Path) -> None:
+    with Spool(tmp_path / "batch", fsync="batch") as spool:
+        assert spool.write_now(b"r") is None  # its fdatasync must not run on the event loop
+    with Spool(tmp_path / "aged", fsync="interval", max_segment_age_s=0.2) as spool:
+        spool.slow_write_s = 60.0  # only the segment's age may stop inline writes here (not a loaded machine)
+        written = 0
+        while spool.write_now(b"young") is True:  # kept busy (not idle) until the segment is too old
+            written += 1
+            assert written < 100, "never aged"
+            time.sleep(0.02)
+        # the spool thread writes it and starts a new segment
+        assert spool.append_nowait(b"old") and spool.wait_written(written + 1, 5) is not None
+        deadline = time.monotonic() + 5
+        while spool.write_now(b"next") is None:  # until the spool thread has rotated
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert len(list_segments(tmp_path / "aged")) >= 2  # (an idle moment on a loaded machine may add one)
+
+
+def test_records_written_by_callers_keep_the_segment_open(tmp_path: Path) -> None:
+    """Idle rotation closes a segment nobody writes to, not one that `write_now` keeps writing."""
+    with Spool(tmp_path, fsync="interval", rotate_idle_s=0.3, max_segment_age_s=30) as spool:
+        spool.slow_write_s = 60.0
+        for i in range(20):
+            assert spool.write_now(f"r{i}".encode()) is True
+            time.sleep(0.02)
+        assert len(list_segments(tmp_path)) == 1
+        time.sleep(1.0)  # now idle: rotated
+        assert len(list_segments(tmp_path)) == 2
+
+
+def test_a_slow_inline_write_sends_records_through_the_spool_thread_for_a_while(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import evolvable.proxy.spool as spool_module
+
+    real_write = spool_module.os.write
+
+    def slow_write(fd: int, data: Any) -> int:
+        time.sleep(0.03)
+        return real_write(fd, data)
+
+    with Spool(tmp_path, fsync="interval") as spool:
+        monkeypatch.setattr(spool_module.os, "write", slow_write)
+        assert spool.write_now(b"slow") is True
+        monkeypatch.setattr(spool_module.os, "write", real_write)
+        assert spool.write_now(b"next") is None  # the event loop is not held up again right away
+        spool._inline_after = 0.0
+        assert spool.write_now(b"later") is True

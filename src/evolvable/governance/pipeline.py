@@ -36,6 +36,18 @@ if TYPE_CHECKING:
     from evolvable.governance.redaction.tokenizer_registry import TokenizerRegistry
 
 
+_GOVERNED_EVENTS: dict[CaptureMode, Any] = {}
+
+
+def _governed_events(mode: CaptureMode) -> Any:
+    """The counter child of one capture mode, looked up once (`labels()` per trajectory was ~5% of the
+    forked writer's CPU in a py-spy profile at c=16)."""
+    child = _GOVERNED_EVENTS.get(mode)
+    if child is None:
+        child = _GOVERNED_EVENTS[mode] = metrics.GOVERNED_EVENTS.labels(mode.value)
+    return child
+
+
 class EventRedactorLike(Protocol):
     def redact_events(self, events: list[Event]) -> list[Event]: ...
 
@@ -93,6 +105,7 @@ class Governor:
             groups[event.trajectory_id].append(index)
         known = self._runs_for(events, runs or {}, list(groups))
         out: list[Any] = [None] * len(events)
+        governed_by_mode: dict[CaptureMode, int] = {}
         for trajectory_id, indexes in groups.items():
             batch = [events[i] for i in indexes]
             tenant_id = batch[0].tenant_id
@@ -102,7 +115,9 @@ class Governor:
             mode = strictest([policy.capture_for(run.agent), run.capture]) if run else policy.capture_for(None)
             for i, governed in zip(indexes, self._govern_one(trajectory_id, tenant_id, mode, batch), strict=True):
                 out[i] = governed
-            metrics.GOVERNED_EVENTS.labels(mode.value).inc(len(batch))
+            governed_by_mode[mode] = governed_by_mode.get(mode, 0) + len(batch)
+        for mode, count in governed_by_mode.items():  # once per batch and mode, not per trajectory
+            _governed_events(mode).inc(count)
         metrics.export_writer_snapshot()
         return [e for e in out if e is not None]
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import re
 import secrets
 import threading
@@ -28,6 +29,8 @@ from evolvable.proxy.hooks import Principal, Role
 from evolvable.store import Store
 from evolvable.store.engine import Engine
 from evolvable.store.repos.tenants import Row, TenantRows, tenant_rows
+
+log = logging.getLogger("evolvable.governance")
 
 KEY_PREFIX = "evk_"
 ENV_ADMIN_KEY_ID = "env-admin"
@@ -131,6 +134,7 @@ class TenantDirectory:
         self._active: dict[str, tuple[float, bool]] = {}
         self._keys_exist: tuple[float, bool] = (0.0, False)
         self.keys_exist_ttl_s = 1.0
+        self._keys_exist_refreshing = False
         self._tenants: dict[str, tuple[float, Tenant]] = {}
         self._lock = threading.Lock()
 
@@ -362,15 +366,44 @@ class TenantDirectory:
     def keys_exist(self) -> bool:
         """Whether any API key exists (or EVOLVABLE_ADMIN_KEY is set): from then on every request needs a
         key. Checked per request (cached for `keys_exist_ttl_s`; once true it stays true), so a proxy
-        started before the first key starts requiring keys as soon as one is issued anywhere."""
+        started before the first key starts requiring keys as soon as one is issued anywhere.
+
+        Only the first answer waits for the database. After that an expired answer is refreshed in a
+        thread while the caller gets the last one: the request path (the event loop) ran this query
+        itself once a second. A key issued elsewhere is thus seen within the TTL plus one query."""
         if self._admin_hash is not None:
             return True
         until, known = self._keys_exist
         if known or until > time.monotonic():
             return known
+        if until == 0.0:
+            return self._load_keys_exist()
+        self._refresh_keys_exist()
+        return known
+
+    def _load_keys_exist(self) -> bool:
         found = self.rows.any_key()
-        self._keys_exist = (time.monotonic() + self.keys_exist_ttl_s, found)
-        return found
+        if not self._keys_exist[1]:  # a key issued here meanwhile stays known
+            self._keys_exist = (time.monotonic() + self.keys_exist_ttl_s, found)
+        return found or self._keys_exist[1]
+
+    def _refresh_keys_exist(self) -> None:
+        """One refresh at a time, in a daemon thread; a failed one keeps the last answer for another TTL."""
+        with self._lock:
+            if self._keys_exist_refreshing:
+                return
+            self._keys_exist_refreshing = True
+
+        def refresh() -> None:
+            try:
+                self._load_keys_exist()
+            except Exception:
+                log.exception("checking whether API keys exist failed; keeping the last answer")
+                self._keys_exist = (time.monotonic() + self.keys_exist_ttl_s, self._keys_exist[1])
+            finally:
+                self._keys_exist_refreshing = False
+
+        threading.Thread(target=refresh, name="evolvable-keys-exist", daemon=True).start()
 
     def key_active_cached(self, key_id: str) -> bool | None:
         """`key_active` from memory only; None when unknown (then ask `key_active`, which does I/O)."""

@@ -36,7 +36,9 @@ from evolvable.store import Store
 from evolvable.telemetry.metrics import configure_writer_snapshot
 
 GC_YOUNG_THRESHOLD = 7000
-"""Allocations between young-generation collections in the serving proxy (CPython's default: 700)."""
+"""Allocations between young-generation collections in the serving proxy (CPython's default: 700). With the
+heap frozen a young collection costs well under a millisecond, and a request leaves no cyclic garbage, so this
+matters little; it only keeps collections rare if some dependency starts leaving cycles."""
 
 log = logging.getLogger("evolvable.proxy")
 
@@ -187,8 +189,8 @@ class ProxyRuntime:
         # process: keep it out of the cyclic GC, whose full collections otherwise show up as p99 spikes.
         gc.collect()
         gc.freeze()
-        # Every young-generation collection of the serving proxy cost ~20 ms of CPU however little it
-        # collected (docs/PERFORMANCE.md, capture path): a stall in the c=1 p99. Collect it 10x less often.
+        # (An earlier reading that each young collection here cost ~20 ms was the GC probe timing its own
+        # gc.get_freeze_count(), which walks the whole frozen list; docs/PERFORMANCE.md, 2026-11-26.)
         gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
 
     def _open_durable_parts(self) -> None:

@@ -4,6 +4,7 @@ uvicorn's httptools protocol arms a timer only between requests of a kept-alive 
 that opens a connection and sends its headers (or body) a byte at a time is never cut off. This
 subclass arms a deadline when a connection opens and when a request begins, and clears it once the
 request is fully read: whatever the client has not sent by then, it never will on this connection.
+It also sends a reply of known length in one write (`one_write`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from evolvable.http_errors import openai_error_body
+from evolvable.proxy.one_write import OneWriteSend
 
 _TIMEOUT_BODY = openai_error_body("request not received in time", "invalid_request_error", "request_timeout")
 _TIMEOUT_RESPONSE = (
@@ -46,6 +48,10 @@ class DeadlineHttpToolsProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         self._clear_read_deadline()
         super().on_message_complete()
+
+    def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+        cycle.send = OneWriteSend(cycle)  # the app is handed `cycle.send` when its task first runs
+        super()._start_asgi_task(cycle, app)
 
     def _arm_read_deadline(self) -> None:
         if self._read_deadline is None:

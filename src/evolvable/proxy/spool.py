@@ -268,6 +268,11 @@ class Spool:
         self._written = 0
         self._syncer: _Syncer | None = None
         self._opened_at = 0.0
+        self._last_write = 0.0
+        self._inline_after = 0.0
+        self.slow_write_s = 0.01
+        """An inline write (`write_now`) slower than this (a disk stall, well above a scheduling delay) sends
+        records through the spool thread for a second."""
         self.last_error: str | None = None
         self.dropped = 0
         """Records handed to the spool that could not be written (disk full, I/O error); never silent."""
@@ -351,7 +356,11 @@ class Spool:
     async def append_durable(self, payload: bytes, timeout_s: float = 30.0) -> bool:
         """Queue a record and wait until it is in the segment file (survives kill -9 of this process).
 
-        False when the write failed (the record is counted in `dropped`). One wake-up per written batch."""
+        False when the write failed (the record is counted in `dropped`). One wake-up per written batch;
+        none when nothing else is queued or being written: then the record is written here (`write_now`)."""
+        written = self.write_now(payload)
+        if written is not None:
+            return written
         self._loop = asyncio.get_running_loop()  # before queueing: the spool thread must find the loop
         seq = await self.append(payload, timeout_s)
         # Registered before this coroutine yields: the spool thread's wake-up runs on this loop after it.
@@ -362,6 +371,51 @@ class Spool:
         except TimeoutError:
             self._waiters.pop(seq, None)
             return False
+
+    def write_now(self, payload: bytes) -> bool | None:
+        """Write one record from the calling thread (the event loop) when no other record is queued or
+        being written; None when that is not so (the caller queues it instead).
+
+        A lone record then costs one `write` into the page cache instead of two thread hand-offs (wake
+        the spool thread, which wakes the loop back): at low concurrency those wake-ups, each a chance
+        to wait for a core, were most of the capture path's latency and CPU (docs/PERFORMANCE.md). What
+        can wait on the disk stays in threads: `fsync: batch` always goes through the spool thread, and
+        `interval` syncs are the syncer's. Order is kept: nothing queued earlier is overtaken. Rotation
+        (an aged or full segment) and a failing disk's probes are left to the spool thread, and so is every
+        record for a second after a `write` took longer than `slow_write_s` (a disk under pressure must not
+        hold up the event loop)."""
+        if self.fsync == "batch" or self.failing or self._enqueued != self._handled or self._thread is None:
+            return None
+        now = time.monotonic()
+        if now < self._inline_after or not self._file_lock.acquire(blocking=False):
+            return None
+        try:
+            if (
+                self._enqueued != self._handled
+                or self._fd is None
+                or self._active_size >= self.segment_bytes
+                or now - self._opened_at >= self.max_segment_age_s
+            ):
+                return None
+            ok = True
+            try:
+                self._append_frames(frame(payload))
+            except OSError as err:
+                ok = False
+                self._record_failure(err, 1)
+            self._last_write = time.monotonic()
+            if self._last_write - now > self.slow_write_s:
+                self._inline_after = self._last_write + 1.0
+            self._enqueued += 1
+            end = (self._active_seq, self._active_size)
+            with self._cond:
+                self._end = end
+                self._written += 1
+                self._handled += 1
+                self._cond.notify_all()
+            return ok
+        finally:
+            self._file_lock.release()
 
     def may_try_write(self, probe_interval_s: float = 0.5) -> bool:
         """False while writes fail, except once per `probe_interval_s` (a probe: does writing work again?)."""
@@ -422,6 +476,8 @@ class Spool:
             try:
                 item = self._queue.get(timeout=self.rotate_idle_s)
             except queue.Empty:
+                if time.monotonic() - self._last_write < self.rotate_idle_s:
+                    continue  # records are being written by `write_now`: not idle
                 item = _ROTATE  # idle: close the segment so applied content leaves the disk soon
             batch: list[bytes] = []
             rotate = False
@@ -451,6 +507,7 @@ class Spool:
         with self._file_lock:
             if batch:
                 try:
+                    self._last_write = time.monotonic()
                     self._append_frames(b"".join([frame(p) for p in batch]))
                     if self.fsync == "batch":
                         os.fdatasync(self._fd)  # type: ignore[arg-type]
