@@ -171,3 +171,35 @@ def test_redact_trajectory_uses_one_map() -> None:
     trajectory = Trajectory(steps=[MessageStep(content=EMAIL), MessageStep(content=f"re: {EMAIL}")])
     out = EventRedactor(RedactionEngine()).redact_trajectory(trajectory)
     assert [s.content for s in out.steps] == ["<EMAIL_1>", "re: <EMAIL_1>"]
+
+
+def test_an_event_with_nothing_to_redact_is_stored_as_it_came_without_a_second_validation() -> None:
+    """The writer's fast path: no finding anywhere means the very event object goes on (no dump-validate copy)."""
+    clean = StepAppended(trajectory_id="traj_c", step=_llm_step("where is my parcel?", with_ids=False))
+    call = clean.step.choices[0].message.tool_calls[0]  # type: ignore[union-attr, index]
+    call.function.arguments = json.dumps({"order": "A-17", "n": 3})
+    started = TrajectoryStarted(
+        trajectory_id="traj_c", header=TrajectoryHeader(id="traj_c", agent="desk", task_input={"q": "parcel"})
+    )
+    ended = TrajectoryEnded(trajectory_id="traj_c", status=TrajectoryStatus.completed, metadata={"note": "fine"})
+    out = EventRedactor(RedactionEngine()).redact_events([started, clean, ended])
+    assert [a is b for a, b in zip(out, [started, clean, ended], strict=True)] == [True, True, True]
+
+    dirty = StepAppended(trajectory_id="traj_c", step=_llm_step(f"mail {EMAIL}", with_ids=False))
+    (redacted,) = EventRedactor(RedactionEngine()).redact_events([dirty])
+    assert redacted is not dirty and EMAIL not in redacted.model_dump_json()
+    assert EMAIL in dirty.model_dump_json()  # the caller's event is never changed in place
+
+
+def test_a_finding_seen_only_by_the_llm_call_redactor_still_makes_a_redacted_copy() -> None:
+    """With tokenizers, an llm_call is redacted by a child redactor: what it replaces must count for the event."""
+    from evolvable.governance.redaction import TokenizerRegistry
+
+    registry = TokenizerRegistry({"some-other-model": "/nonexistent/tokenizer.json"})
+    assert registry  # a registry with an entry: for_llm_call hands out the recording child redactor
+    step = _llm_step(f"card {CARD}", with_ids=False)
+    step.choices[0].message.tool_calls[0].function.arguments = "{}"  # type: ignore[union-attr, index]
+    event = StepAppended(trajectory_id="traj_d", step=step)
+    (redacted,) = EventRedactor(RedactionEngine(), tokenizers=registry).redact_events([event])
+    assert redacted is not event
+    assert CARD not in redacted.model_dump_json() and "<CREDIT_CARD_1>" in redacted.model_dump_json()
