@@ -179,3 +179,10 @@ def write_side_by_side(
     out.write_text(json.dumps(payload, indent=2))
     print(f"load average {load_start[0]:.1f} -> {os.getloadavg()[0]:.1f}; {payload['wall_s']:.0f} s; wrote {out.name}")
     return payload
+
+
+def serve_command(upstream: str, port: int, db: Path, spool: Path, config: Path | None = None) -> list[str]:
+    """`evolvable serve` of this venv in front of `upstream`, on SQLite at `db`, the way the benchmarks run it."""
+    command = [str(Path(sys.executable).parent / "evolvable"), "serve", "--upstream", upstream, "--port", str(port)]
+    command += ["--db", f"sqlite:///{db}", "--spool-dir", str(spool)]
+    return command + (["--config", str(config)] if config else [])

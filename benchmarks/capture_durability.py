@@ -23,7 +23,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_env import LoadMonitor, environment
+from bench_env import LoadMonitor, environment, serve_command
 from evolvable.policy_server.launcher import free_port
 from proxy_overhead import (
     ROOT,
@@ -46,20 +46,7 @@ def _start_evolvable(servers: Servers, workdir: Path, mock: str, name: str, dura
     config = workdir / f"{slug}.yaml"
     config.write_text(f"reply_after_spooled: {str(durable).lower()}\n")
     proc = servers.start(
-        [
-            str(Path(sys.executable).parent / "evolvable"),
-            "serve",
-            "--upstream",
-            mock,
-            "--port",
-            str(port),
-            "--db",
-            f"sqlite:///{workdir / f'{slug}.db'}",
-            "--spool-dir",
-            str(workdir / f"spool-{slug}"),
-            "--config",
-            str(config),
-        ],
+        serve_command(mock, port, workdir / f"{slug}.db", workdir / f"spool-{slug}", config),
         f"http://127.0.0.1:{port}/v1/proxy/status",
         log=slug,
     )

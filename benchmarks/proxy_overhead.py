@@ -40,7 +40,7 @@ from typing import Any
 from evolvable.policy_server.launcher import free_port
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_env import LoadMonitor, describe, environment, verdict_blocked
+from bench_env import LoadMonitor, describe, environment, serve_command, verdict_blocked
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "proxy_overhead.json"
@@ -388,7 +388,6 @@ def orchestrate(
                 ),
             )
         )
-        evolvable_bin = str(Path(sys.executable).parent / "evolvable")
 
         def evolvable_target(name: str, port: int, tag: str, src: Path | None) -> None:
             paths = [str(src), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))] if src else []
@@ -400,19 +399,9 @@ def orchestrate(
                     f"http://127.0.0.1:{port}/v1/chat/completions",
                     None,
                     lambda: servers.start(
-                        [
-                            evolvable_bin,
-                            "serve",
-                            "--upstream",
-                            mock,
-                            "--port",
-                            str(port),
-                            "--db",
-                            f"sqlite:///{workdir / f'evolvable{tag}.db'}",
-                            "--spool-dir",
-                            str(workdir / f"spool{tag}"),
-                            *(["--config", str(evolvable_config)] if evolvable_config else []),
-                        ],
+                        serve_command(
+                            mock, port, workdir / f"evolvable{tag}.db", workdir / f"spool{tag}", evolvable_config
+                        ),
                         f"http://127.0.0.1:{port}/v1/proxy/status",
                         env=env,
                         log=f"evolvable{tag}",
