@@ -407,12 +407,7 @@ class Spool:
             if self._last_write - now > self.slow_write_s:
                 self._inline_after = self._last_write + 1.0
             self._enqueued += 1
-            end = (self._active_seq, self._active_size)
-            with self._cond:
-                self._end = end
-                self._written += 1
-                self._handled += 1
-                self._cond.notify_all()
+            self._publish(1, (self._active_seq, self._active_size))
             return ok
         finally:
             self._file_lock.release()
@@ -538,15 +533,19 @@ class Spool:
             log.warning("spool writes succeed again after %d dropped records", self.dropped)
             self.failing = False
         first = self._handled + 1
+        self._publish(records, end)
+        loop = self._loop
+        if records and loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed in between
+                loop.call_soon_threadsafe(self._settle, first, self._handled, ok)
+
+    def _publish(self, records: int, end: Position) -> None:
+        """Count `records` as handled (written, or dropped and counted) up to `end`, for `wait_written`."""
         with self._cond:
             self._end = end
             self._written += records
             self._handled += records
             self._cond.notify_all()
-        loop = self._loop
-        if records and loop is not None and not loop.is_closed():
-            with contextlib.suppress(RuntimeError):  # the loop closed in between
-                loop.call_soon_threadsafe(self._settle, first, self._handled, ok)
 
     def _append_frames(self, data: bytes) -> None:
         if self._fd is None:  # a segment could not be opened earlier (e.g. a read-only moment): try again
