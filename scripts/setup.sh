@@ -22,8 +22,8 @@ PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
 "${PIP[@]}" install -e ".[model,dev]"
 # Data only (its templates and fake people): the public corpus the redaction tests measure on, never tuned on.
 "${PIP[@]}" install --no-deps "presidio-evaluator==0.3.2"
-# The redaction engine's hot modules compiled with mypyc (same code, same findings, ~1.4x faster; skipped when
-# current). Without a C compiler redaction runs its Python modules, slower but identical.
+# The redaction engine's hot modules compiled with mypyc (same code, same findings, 1.2-1.5x faster; skipped
+# when current). Without a C compiler redaction runs its Python modules, slower but identical.
 if command -v cc >/dev/null 2>&1; then
   .venv/bin/python -m evolvable.governance.redaction.compiled build
 else

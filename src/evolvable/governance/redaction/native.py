@@ -1,6 +1,6 @@
 """The compiled build of the redaction engine's hot modules, used by default when it is present and current.
 
-mypyc compiles the type-annotated recognizer modules to C extensions: same code, same findings, ~1.3-1.6x the
+mypyc compiles the type-annotated recognizer modules to C extensions: same code, same findings, 1.2-1.5x the
 throughput (docs/PERFORMANCE.md). `scripts/setup.sh` builds them into `_native/` beside this file; the package's
 `__init__` then puts that directory first on its `__path__`, so `import ...redaction.names` loads the extension.
 A build whose recorded source digest or interpreter ABI differs from the running one is never loaded (it would
@@ -24,8 +24,8 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 PACKAGE = "evolvable.governance.redaction"
-# The modules where a pass spends its time; the engine, events and stream stay Python (they build objects
-# through slot descriptors and are patched in tests).
+# The modules where a pass spends its time. The engine stays Python (mypyc rejects its `object.__new__` shortcut
+# for `Redaction`), and so do events and stream (events subclasses the engine's `PlaceholderMap`).
 COMPILED_MODULES = ("findings", "validators", "recognizers", "phones", "addresses", "names")
 # One shared library for the group, named inside the package so the shims find it through `__path__` too.
 GROUP = f"{PACKAGE}._compiled"
@@ -36,7 +36,7 @@ SWITCH = "EVOLVABLE_REDACTION_COMPILED"
 
 @dataclass(frozen=True)
 class CompiledState:
-    """Whether this process runs the compiled modules, and why (shown by `status` and the proxy's status)."""
+    """Whether this process runs the compiled modules, and why (shown by `status` and benchmarks/redaction.py)."""
 
     active: bool
     reason: str
@@ -99,9 +99,7 @@ def check(build_dir: Path = BUILD_DIR) -> CompiledState:
     if os.environ.get(SWITCH, "1").strip().lower() in {"0", "false", "no", "off"}:
         return CompiledState(False, f"turned off by {SWITCH}")
     reason = unusable(build_dir)
-    if reason is not None:
-        return CompiledState(False, reason)
-    return CompiledState(True, f"compiled build of {(_read_manifest(build_dir) or {}).get('built_at', '?')}")
+    return CompiledState(reason is None, reason or "compiled build matches its sources and this interpreter")
 
 
 def activate(package: str = PACKAGE, build_dir: Path = BUILD_DIR) -> CompiledState:
@@ -112,6 +110,6 @@ def activate(package: str = PACKAGE, build_dir: Path = BUILD_DIR) -> CompiledSta
         path = sys.modules[package].__path__
         if str(build_dir) not in path:
             path.insert(0, str(build_dir))
-    elif _read_manifest(build_dir) is not None:
+    elif (build_dir / MANIFEST).exists():  # a build is there but may not run: say why
         log.warning("redaction runs its Python modules: %s", _state.reason)
     return _state
