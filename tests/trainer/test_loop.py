@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -122,16 +123,25 @@ def test_no_usable_samples_trains_nothing(tmp_path: Path, trajectory_factory) ->
     assert result.adapter_dir is None and result.sample_stats["excluded"] == {"running": 1}
 
 
-def _torchrun(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+def _torchrun(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    """torchrun with its output in files; a job that hangs is stopped whole: SIGTERM makes torchrun stop the
+    worker processes it started (each in a session of its own), SIGKILL follows if it does not."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", *args]
+    out, err = cwd / "torchrun.out", cwd / "torchrun.err"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        job = subprocess.Popen(command, cwd=cwd, env=env, stdout=stdout, stderr=stderr, start_new_session=True)
+        try:
+            job.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            job.terminate()
+            try:
+                job.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(job.pid, signal.SIGKILL)
+                job.wait()
+            pytest.fail(f"torchrun {' '.join(args)} did not finish in {timeout} s (a hung collective?)")
+    return subprocess.CompletedProcess(command, job.returncode, out.read_text(), err.read_text())
 
 
 def test_two_cpu_processes_with_torchrun(tmp_path: Path, synthetic_set: list[Trajectory]) -> None:
@@ -161,6 +171,26 @@ def test_two_cpu_processes_with_torchrun(tmp_path: Path, synthetic_set: list[Tra
     a, b = adapter_weights(tmp_path / "two" / "adapter"), adapter_weights(one.adapter_dir)
     for key in a:
         torch.testing.assert_close(a[key], b[key], atol=1e-5, rtol=1e-4)
+
+
+def test_a_rank_whose_micro_batch_is_all_padding_keeps_in_step(tmp_path: Path, synthetic_set: list[Trajectory]) -> None:
+    """3 sequences on 2 processes, one per micro-batch: rank 1's second micro-batch is padding alone. It must
+    still join the step's gradient all-reduce; a rank that skips it leaves the other waiting for ever."""
+    data = tmp_path / "trajectories.jsonl"
+    data.write_text("".join(t.model_dump_json() + "\n" for t in synthetic_set[0:6:2]))
+    odd = {**TINY, "rollout_batch_size": 4, "micro_batch_size": 1, "grad_accum_steps": 1, "lr": 1e-2}
+    (tmp_path / "odd.yaml").write_text(yaml.safe_dump({**odd, "output_dir": str(tmp_path / "odd")}))
+    done = _torchrun(
+        ["--nproc_per_node", "2", "-m", "evolvable.trainer.loop", "--config", "odd.yaml", "--from-file", str(data)],
+        tmp_path,
+        timeout=150,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    reports = [json.loads((tmp_path / "odd" / "ranks" / f"rank-{i}.json").read_text()) for i in (0, 1)]
+    assert [len(r["sample_ids"]) for r in reports] == [2, 1]
+    assert reports[0]["adapter_digest"] == reports[1]["adapter_digest"]  # the padding rank applied the same steps
+    steps = [json.loads(line)["step"] for line in (tmp_path / "odd" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2]
 
 
 def test_logits_only_where_needed_match_the_full_forward() -> None:

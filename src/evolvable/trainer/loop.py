@@ -178,7 +178,7 @@ def _collate(samples: list[TrainingSample], device: torch.device) -> dict[str, t
 def _padding_sample(like: TrainingSample) -> TrainingSample:
     """A sequence that keeps every process stepping in lockstep but has no loss (mask all 0).
 
-    One token long: a micro-batch of padding alone costs no forward pass at all (nothing to score),
+    One token long: a micro-batch of padding alone costs a one-token forward pass (it scores nothing),
     and one that shares a micro-batch with real sequences adds no width."""
     n = 1
     return TrainingSample(
@@ -479,9 +479,12 @@ def _micro_batch_backward(
         )
         loss = result.loss
         if not loss.requires_grad:
-            # No generated token in this micro-batch: a zero loss still touches every
-            # trainable weight, so DDP ranks stay in step and backward has a graph.
-            loss = loss + sum(p.sum() for p in trainable) * 0.0
+            # No generated token in this micro-batch (padding alone). It still runs the model forward:
+            # under DDP the forward is what enrols a process in the step's gradient all-reduce, and a
+            # backward without one joins none, leaving the other processes waiting for ever. The zero
+            # loss touches every trainable weight, so backward has a graph reaching all of them.
+            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], logits_to_keep=1)
+            loss = loss + logits.logits.sum() * 0.0 + sum(p.sum() for p in trainable) * 0.0
         accelerator.backward(loss)
         if accelerator.sync_gradients and config.max_grad_norm > 0:
             accelerator.clip_grad_norm_(trainable, config.max_grad_norm)
