@@ -159,13 +159,13 @@ def test_engine_finds_what_every_recognizer_alone_finds(texts: list[str]) -> Non
     assert found > 5000
 
 
-def test_redaction_fast_constructor_makes_an_equal_frozen_redaction() -> None:
+def test_a_redaction_is_frozen_and_keeps_its_findings() -> None:
     findings = [r.Finding(0, 3, "EMAIL", 70)]
-    fast = engine_module._redaction("abc", findings)
-    assert fast == engine_module.Redaction("abc", findings)
-    assert fast.findings is findings and fast.changed and not fast.failed
+    made = engine_module.Redaction("abc", findings)
+    assert made == engine_module.Redaction("abc", list(findings))
+    assert made.findings is findings and made.changed and not made.failed
     with pytest.raises(AttributeError):
-        fast.text = "x"  # type: ignore[misc]
+        made.text = "x"  # type: ignore[misc]
 
 
 def _reference_apply(text: str, findings: list[r.Finding], placeholders: engine_module.PlaceholderMap) -> str:

@@ -14,10 +14,10 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from ahocorasick_rs import AhoCorasick
+from mypy_extensions import mypyc_attr
 
 from evolvable.errors import RedactionFailed
 from evolvable.governance.redaction.findings import Finding
@@ -52,6 +52,7 @@ _NORMALIZERS: dict[str, Callable[[str], str]] = {
 }
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # events records the values its placeholders stand for
 class PlaceholderMap:
     """Value -> placeholder for one trajectory: the same email is `<EMAIL_1>` in every step.
 
@@ -78,32 +79,43 @@ class PlaceholderMap:
         return len(self._by_value)
 
 
-@dataclass(frozen=True, slots=True)
 class Redaction:
-    text: str
-    findings: list[Finding] = field(default_factory=list)
-    failed: bool = False
+    """A redacted text and what was found in it; read-only.
+
+    A plain class with read-only properties rather than a frozen dataclass: the dataclass's `__init__` sets each
+    field through `object.__setattr__` and stays interpreted Python under mypyc, and `redact` makes one per text
+    (2-3% of a pass)."""
+
+    __slots__ = ("_failed", "_findings", "_text")
+
+    def __init__(self, text: str, findings: list[Finding] | None = None, failed: bool = False) -> None:
+        self._text = text
+        self._findings = findings if findings is not None else []
+        self._failed = failed
+
+    @property
+    def text(self) -> str:
+        return self._text
+
+    @property
+    def findings(self) -> list[Finding]:
+        return self._findings
+
+    @property
+    def failed(self) -> bool:
+        return self._failed
 
     @property
     def changed(self) -> bool:
-        return self.failed or bool(self.findings)
+        return self._failed or bool(self._findings)
 
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Redaction):
+            return NotImplemented
+        return (self._text, self._findings, self._failed) == (other._text, other._findings, other._failed)
 
-_new_object = object.__new__
-# (the slots' member descriptors, read from the class dict: `Redaction.text` types as the instance attribute)
-_set_text: Callable[[Redaction, str], None] = vars(Redaction)["text"].__set__
-_set_findings: Callable[[Redaction, list[Finding]], None] = vars(Redaction)["findings"].__set__
-_set_failed: Callable[[Redaction, bool], None] = vars(Redaction)["failed"].__set__
-
-
-def _redaction(text: str, findings: list[Finding]) -> Redaction:
-    """`Redaction(text, findings)` without the frozen dataclass's `__init__`, which sets each field through
-    `object.__setattr__` (three times the cost, and `redact` makes one per text)."""
-    r = _new_object(Redaction)
-    _set_text(r, text)
-    _set_findings(r, findings)
-    _set_failed(r, False)
-    return r
+    def __repr__(self) -> str:
+        return f"Redaction(text={self._text!r}, findings={self._findings!r}, failed={self._failed!r})"
 
 
 def resolve_overlaps(findings: list[Finding]) -> list[Finding]:
@@ -132,6 +144,7 @@ def resolve_overlaps(findings: list[Finding]) -> list[Finding]:
     return kept
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # callers may specialise an engine
 class RedactionEngine:
     """Finds PII and secrets and replaces them with typed, trajectory-consistent placeholders.
 
@@ -198,8 +211,8 @@ class RedactionEngine:
         except RedactionFailed:
             return Redaction(FAILED_MARKER, failed=True)
         if not findings:
-            return _redaction(text, findings)  # `findings` is a fresh empty list, as the default would be
-        return _redaction(
+            return Redaction(text, findings)  # `findings` is a fresh empty list, as the default would be
+        return Redaction(
             apply_findings(text, findings, placeholders if placeholders is not None else PlaceholderMap()), findings
         )
 
