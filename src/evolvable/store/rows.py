@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any, get_args
 
 import orjson
@@ -139,20 +139,16 @@ def signal_row(trajectory_id: str, signal: Signal) -> dict[str, Any]:
     }
 
 
-def assemble(
-    header: TrajectoryRow, steps: Iterable[tuple[str, str]], signals: Iterable[tuple[str | None, str]]
-) -> Trajectory:
-    """One Trajectory from its rows: steps and signals as (step_id, stored JSON text), in arrival order.
+def assemble(header: TrajectoryRow, step_bodies: str, signal_bodies: str) -> Trajectory:
+    """One Trajectory from its header row and its stored step and signal JSON texts, each joined by commas
+    in arrival order (`reads.trajectory_texts`).
 
-    The stored texts are spliced into one JSON document that pydantic parses once, straight into
-    models (decoding each body into dicts and validating those took about twice the CPU).
-    A signal on a step that has not arrived yet stays out until the step does.
+    The texts are spliced into one JSON document that pydantic parses once, straight into models
+    (decoding each body into dicts and validating those took about twice the CPU).
     """
-    step_rows = list(steps)
-    known = {step_id for step_id, _ in step_rows}
-    kept = [text for step_id, text in signals if step_id is None or step_id in known]
     head = orjson.dumps(header_fields(header))
-    bodies = ",".join(text for _, text in step_rows)
-    document = b"".join((head[:-1], b',"steps":[', bodies.encode(), b'],"signals":[', ",".join(kept).encode(), b"]}"))
+    document = b"".join(
+        (head[:-1], b',"steps":[', step_bodies.encode(), b'],"signals":[', signal_bodies.encode(), b"]}")
+    )
     trajectory: Trajectory = _TRAJECTORY_FROM_JSON.validate_json(document)  # (pydantic-core returns Any)
     return trajectory

@@ -12,7 +12,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from evolvable.errors import NotFound, ProtocolError, StoreError
 from evolvable.protocol.models import Event, Trajectory, TrajectoryHeader, TrajectoryStatus, events_for, utcnow
-from evolvable.store import ingest, migrate, pg_copy
+from evolvable.store import ingest, migrate, pg_copy, reads
 from evolvable.store.engine import WRITE_OPTIONS, create_engine, redacted
 from evolvable.store.filters import TrajectoryFilter, decode_cursor, encode_cursor
 from evolvable.store.rows import assemble, header_from_row
@@ -22,9 +22,6 @@ log = logging.getLogger(__name__)
 
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 _T = trajectories.c
-# Bodies as the stored JSON text, not decoded: `assemble` hands them to pydantic's JSON parser in one piece.
-_STEP_TEXT = sa.cast(steps.c.body, sa.Text)
-_SIGNAL_TEXT = sa.cast(signals.c.body, sa.Text)
 
 
 class Store:
@@ -135,20 +132,10 @@ class Store:
     def get_trajectory(self, trajectory_id: str, tenant_id: str | None = None) -> Trajectory:
         """The whole trajectory. Another tenant's id raises NotFound, exactly like a missing one."""
         with self.engine.connect() as conn:
-            header = conn.execute(sa.select(trajectories).where(_T.id == trajectory_id)).mappings().first()
-            if header is None or (tenant_id is not None and header["tenant_id"] != tenant_id):
-                raise NotFound(f"trajectory {trajectory_id} not found")
-            step_rows = conn.execute(
-                sa.select(steps.c.step_id, _STEP_TEXT)
-                .where(steps.c.trajectory_id == trajectory_id)
-                .order_by(steps.c.seq)
-            )
-            signal_rows = conn.execute(
-                sa.select(signals.c.step_id, _SIGNAL_TEXT)
-                .where(signals.c.trajectory_id == trajectory_id)
-                .order_by(signals.c.seq)
-            )
-            return assemble(header, step_rows.tuples(), signal_rows.tuples())
+            found = reads.trajectory_texts(conn, reads.BY_ID, {"trajectory_id": trajectory_id})
+        if not found or (tenant_id is not None and found[0][0]["tenant_id"] != tenant_id):
+            raise NotFound(f"trajectory {trajectory_id} not found")
+        return assemble(*found[0])
 
     def get_header(self, trajectory_id: str, tenant_id: str | None = None) -> TrajectoryHeader:
         """The header alone (no steps or signals); NotFound as for get_trajectory."""
@@ -188,34 +175,15 @@ class Store:
             query = sa.select(trajectories).where(*f.where())
             if position is not None:
                 query = query.where(sa.tuple_(_T.started_at, _T.id) > sa.tuple_(*position))
-            query = query.order_by(_T.started_at, _T.id).limit(batch_size)
             with self.engine.connect() as conn:
-                headers = conn.execute(query).mappings().all()
-                if not headers:
-                    return
-                ids = [h["id"] for h in headers]
-                step_rows = conn.execute(
-                    sa.select(steps.c.trajectory_id, steps.c.step_id, _STEP_TEXT)
-                    .where(steps.c.trajectory_id.in_(ids))
-                    .order_by(steps.c.seq)
-                ).all()
-                signal_rows = conn.execute(
-                    sa.select(signals.c.trajectory_id, signals.c.step_id, _SIGNAL_TEXT)
-                    .where(signals.c.trajectory_id.in_(ids))
-                    .order_by(signals.c.seq)
-                ).all()
-            by_steps: dict[str, list[tuple[str, str]]] = {i: [] for i in ids}
-            by_signals: dict[str, list[tuple[str | None, str]]] = {i: [] for i in ids}
-            for tid, step_id, text in step_rows:
-                by_steps[tid].append((step_id, text))
-            for tid, step_id, text in signal_rows:
-                by_signals[tid].append((step_id, text))
-            del step_rows, signal_rows
-            for h in headers:
-                yield assemble(h, by_steps.pop(h["id"]), by_signals.pop(h["id"]))
-            position = (headers[-1]["started_at"], headers[-1]["id"])
-            if len(headers) < batch_size:
+                batch = reads.trajectory_texts(conn, query.order_by(_T.started_at, _T.id).limit(batch_size))
+            for texts in batch:
+                yield assemble(*texts)
+            if len(batch) < batch_size:
                 return
+            last = batch[-1][0]
+            position = (last["started_at"], last["id"])
+            del batch
 
     def ended_between(self, since: datetime, before: datetime, limit: int) -> list[tuple[str, datetime]]:
         """(id, ended_at) of runs that ended in [since, before), oldest first (placeholders never count)."""
