@@ -385,6 +385,9 @@ def main() -> None:
     parser.add_argument(
         "--baseline-label", default="baseline", help="what the baseline is (e.g. its commit), for the JSON"
     )
+    parser.add_argument(
+        "--results", type=Path, default=RESULTS, help=f"where to write the JSON (default {RESULTS.name})"
+    )
     parser.add_argument("--worker", choices=("sqlite", "postgresql"), help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--plan", help=argparse.SUPPRESS)
@@ -419,9 +422,10 @@ def main() -> None:
         "checks": checks,
         "results": results,
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(payload, indent=2) + "\n")
-    console.print(f"wrote {RESULTS.relative_to(Path.cwd()) if RESULTS.is_relative_to(Path.cwd()) else RESULTS}")
+    out = args.results.resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(payload, indent=2) + "\n")
+    console.print(f"wrote {out.relative_to(Path.cwd()) if out.is_relative_to(Path.cwd()) else out}")
 
 
 if __name__ == "__main__":

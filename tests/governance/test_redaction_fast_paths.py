@@ -64,6 +64,7 @@ def test_entropy_threshold_matches_the_exact_entropy() -> None:
     alphabets = [string.ascii_letters + string.digits, "ab", "abcdefgh", "0123456789abcdef", "aB1\u00e9"]
     texts = ["".join(rng.choice(rng.choice(alphabets)) for _ in range(rng.randint(0, 150))) for _ in range(3000)]
     texts += [string.ascii_letters[:k] * repeat for k in (8, 16) for repeat in range(2, 40)]  # exactly 3 or 4 bits
+    texts += ["".join(rng.choice(alphabets[0][:9]) for _ in range(n)) for n in (1023, 1024, 1100)]  # past the table
     for text in texts:
         for bits in (3.0, 3.5, 4.0):
             assert v.entropy_at_least(text, bits) == (v.shannon_entropy(text) >= bits), (text, bits)
@@ -97,14 +98,15 @@ def test_match_starts_give_the_finditer_matches(kind: str) -> None:
         assert [m.span() for m in found] == [m.span() for m in recognizer.pattern.finditer(text)], text
 
 
-def test_iban_gate_never_hides_a_candidate() -> None:
+def test_iban_starts_give_exactly_the_matches_of_a_full_scan() -> None:
+    """Overlapping starts too (`DE89DE89 3704 ...`), digits outside ASCII (`\\d` matches them), other scripts."""
     rng = random.Random(6)
-    pieces = ["DE", "GB", "89", "\u0661\u0662", " ", "3704", "WEST", "AB", "0", "x", "\u00e9", "?"]
+    pieces = ["DE", "GB", "89", "\u0661\u0662", " ", "3704", "WEST", "AB", "0", "x", "\u00e9", "?", "\U0001f600"]
     candidates = 0
     for text in _texts(rng, pieces, 5000):
-        if r._IBAN.search(text):
-            candidates += 1
-            assert r._may_hold_iban(text), text
+        full = [m.span() for m in r._IBAN.finditer(text)]
+        candidates += bool(full)
+        assert [m.span() for m in r._matches_at(r._IBAN, text, r._iban_starts(text))] == full, text
     assert candidates > 100
 
 

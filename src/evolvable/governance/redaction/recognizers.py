@@ -208,7 +208,8 @@ class NumberRecognizer:
                 self.intl_phone.scan(text, lowered, run_start, end, out)
             if digits >= 10:
                 # a US number is `ddd-ddd-dddd` or `(ddd)` then `ddd-dddd`, with any of ` .-` for each `-`
-                if digits != size and (shape is None or b"000-000-0000" in shape or b"000)" in shape):
+                # (`bytes.find`, not `in`: `in` first tries the operand as an integer and formats a TypeError)
+                if digits != size and (shape is None or shape.find(b"000-000-0000") >= 0 or shape.find(b"000)") >= 0):
                     self.us_phone.scan(text, lowered, run_start, end, out)
                 if digits <= 16 and (digits == size or run[1:].isdigit()):
                     self._bare_phone(text, lowered, run_start, run_end, out)
@@ -219,7 +220,7 @@ class NumberRecognizer:
                             out.append(Finding(run_start, run_end, self.card.kind, self.card.priority))
                     else:
                         self.card.scan(text, lowered, run_start, end, out)
-            if digits >= 9 and (shape is None or b"000-00-0000" in shape) and run.count("-") >= 2:
+            if digits >= 9 and (shape is None or shape.find(b"000-00-0000") >= 0) and run.count("-") >= 2:
                 self.ssn.scan(text, lowered, run_start, end, out)
             claimed = len(out) > found_before and out[-1].start <= run_start and out[-1].end >= run_end
             if national and not claimed:  # national formats, unless the whole run is already found
@@ -352,11 +353,18 @@ _UPPER_DIGIT_SHAPE = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789?", b
 _IBAN_SHAPE = re.compile(rb"AA00(?: ?[A0]{4}){2}")  # how `_IBAN` must start, once capitals are A and digits 0
 
 
-def _may_hold_iban(text: str) -> bool:
-    """Whether `_IBAN` can match: capitals become `A` and digits `0` (a byte translate), and a
-    regex with a literal prefix, which the regex engine finds by a fast search, looks for the IBAN's start.
-    Most texts have none, and this costs a fraction of letting `_IBAN` test every capital letter."""
-    return _IBAN_SHAPE.search(text.encode("ascii", "replace").translate(_UPPER_DIGIT_SHAPE)) is not None
+def _iban_starts(text: str) -> list[int]:
+    """Where `_IBAN` can match: capitals become `A` and digits `0` (a byte translate), and a regex with a literal
+    prefix, which the regex engine finds by a fast search, finds each position where an IBAN could start (overlapping
+    ones too). Most texts have none, and `_IBAN` is then tried at those alone instead of at every capital letter."""
+    shape = text.encode("ascii", "replace").translate(_UPPER_DIGIT_SHAPE)
+    starts: list[int] = []
+    search = _IBAN_SHAPE.search
+    m = search(shape)
+    while m is not None:
+        starts.append(m.start())
+        m = search(shape, m.start() + 1)
+    return starts
 
 
 def _iban(text: str, m: re.Match[str]) -> tuple[int, int] | None:
@@ -518,7 +526,7 @@ def pii_recognizers() -> list[Recognizer]:
     return [
         EmailRecognizer(),
         NumberRecognizer(numbers[0], numbers[1], numbers[2], numbers[3], numbers[4], national=NationalPhoneChecker()),
-        RegexRecognizer("IBAN", _IBAN, validate=_iban, priority=60, gate=_may_hold_iban, requires_digit=True),
+        RegexRecognizer("IBAN", _IBAN, validate=_iban, priority=60, starts=_iban_starts, requires_digit=True),
         RegexRecognizer(
             "SSN",
             _SSN_CONTEXT,
