@@ -80,7 +80,10 @@ def create_engine(url: str) -> sa.Engine:
 def _no_jit(dbapi_connection: Any, _record: Any) -> None:
     """Turn PostgreSQL's JIT off for the store's sessions: its queries are short keyed look-ups, and right
     after a bulk load (statistics not yet analyzed) their cost estimates pass `jit_above_cost`, so each
-    batch of a training read spent ~11 ms compiling expressions it ran for 5 ms (EXPLAIN ANALYZE)."""
+    batch of a training read spent ~11 ms compiling expressions it ran for 5 ms (EXPLAIN ANALYZE).
+    Servers before 11 have no JIT, and no such setting."""
+    if dbapi_connection.info.server_version < 110000:
+        return
     with dbapi_connection.cursor() as cursor:
         cursor.execute("SET jit = off")
     dbapi_connection.commit()
