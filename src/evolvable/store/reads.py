@@ -2,9 +2,10 @@
 
 The bodies stay the stored JSON text; `rows.assemble` splices them into one document that pydantic parses
 once. On PostgreSQL the server joins them (`string_agg ... ORDER BY seq` in correlated subqueries), so a
-batch is one round trip returning one row per trajectory; that halved the client's per-row work and took
-a training read from ~2.8k to ~5k trajectories/s (docs/PERFORMANCE.md). SQLite before 3.44 cannot order an
-aggregate's input, so there the rows come back one per step and are joined here.
+batch is one round trip returning one row per trajectory instead of ~10; with JIT off (store/engine.py) the
+training read measured 1.25-1.53x the three-query version in every side-by-side run (docs/PERFORMANCE.md,
+"Session 4"). SQLite before 3.44 cannot order an aggregate's input, so there the rows come back one per step
+and are joined here.
 """
 
 from __future__ import annotations
