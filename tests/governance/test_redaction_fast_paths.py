@@ -375,3 +375,17 @@ def test_later_mentions_of_a_name_are_what_a_full_scan_finds() -> None:
             found_again += len(expected) > len(out)
     assert scanned > 10000
     assert found_again > 1000
+
+
+def test_ending_look_ups_answer_what_endswith_answers() -> None:
+    """`_ends_with_any` (two dict look-ups) against `str.endswith` with the whole tuple, for the title and phrase
+    tables `context_before` uses, on texts ending in each word, in parts of words, and in random characters."""
+    from evolvable.governance.redaction import names
+
+    rng = random.Random(29)
+    for words, table in ((names._TITLES, names._TITLES_BY_END), (names._PHRASES, names._PHRASES_BY_END)):
+        endings = [w[i:] for w in words for i in range(len(w))] + [w[:-1] for w in words] + ["", "x", " "]
+        texts = [prefix + e for e in endings for prefix in ("", " ", "a", "xy", "talked ")]
+        texts += ["".join(rng.choices("ahimrst .,'?", k=rng.randint(0, 8))) for _ in range(20000)]
+        for text in texts:
+            assert names._ends_with_any(text, table) == text.endswith(words), (text, words)

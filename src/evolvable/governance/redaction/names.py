@@ -93,6 +93,30 @@ def _ends_with_word(text: str, words: tuple[str, ...]) -> bool:
     return False
 
 
+def _by_end(words: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """`words` grouped by their last three characters; a two-character word is its own key."""
+    if min(map(len, words)) < 2:
+        raise ValueError("every word needs two characters or more")
+    table: dict[str, tuple[str, ...]] = {}
+    for word in words:
+        table[word[-3:]] = (*table.get(word[-3:], ()), word)
+    return table
+
+
+def _ends_with_any(text: str, by_end: dict[str, tuple[str, ...]]) -> bool:
+    """`text.endswith(words)` for the words `by_end` was built from: a word of three or more characters can only
+    end `text` if it ends with `text`'s last three, and a two-character one only if it is `text`'s last two. Two
+    look-ups instead of one tail comparison per word (~80 in all, most of `context_before`'s cost)."""
+    found = by_end.get(text[-3:])
+    if found is not None and text.endswith(found):
+        return True
+    return text[-2:] in by_end
+
+
+_TITLES_BY_END = _by_end(_TITLES)
+_PHRASES_BY_END = _by_end(_PHRASES)
+
+
 def context_before(before: str) -> int:
     """What the (lower-cased) text right before a capitalised word says about it: a title, a name field or a
     sign-off (strong), a salutation, a weaker phrase (`talked to`, `from`), or nothing."""
@@ -107,8 +131,8 @@ def context_before(before: str) -> int:
         return _STRONG_CONTEXT  # `"customer_name": "`, `assignee=`
     titled = tail.rstrip(".")
     words = tail.rstrip(",:")
-    if not titled.endswith(_TITLES) and not words.endswith(_PHRASES):
-        return _NONE  # the common case, by two C calls: no title, no phrase of any kind ends the text
+    if not _ends_with_any(titled, _TITLES_BY_END) and not _ends_with_any(words, _PHRASES_BY_END):
+        return _NONE  # the common case: no title, no phrase of any kind ends the text (four dict look-ups)
     if _ends_with_word(titled, _TITLES) or _ends_with_word(words, _STRONG_PHRASES):
         return _STRONG_CONTEXT
     if _ends_with_word(words, _SALUTATIONS):
@@ -240,13 +264,14 @@ class NameRecognizer:
         lead = -1  # start of a dictionary word joined right before the run (`New` York, `Please` Maria)
         zero_start = zero_end = -2  # the last dictionary word seen
         code_of = self._code
-        pieces = iter(parts)
-        pos = len(next(pieces))  # the text before the first word
-        for word, gap in zip(pieces, pieces, strict=True):  # each word and the text up to the next one
+        pos = len(parts[0])  # the text before the first word
+        for i in range(1, len(parts), 2):  # each word and the text up to the next one
+            word = parts[i]
             start = pos
             end = start + len(word)
-            pos = end + len(gap)
-            if not word[0].isupper():
+            pos = end + len(parts[i + 1])
+            first = word[0]
+            if first > "Z" and not first.isupper():  # only Latin Extended letters can start lower-case here
                 continue
             code = codes.get(word)
             if code is None:
