@@ -27,9 +27,21 @@ def _texts(rng: random.Random, pieces: list[str], count: int, most: int = 20) ->
 
 def test_number_runs_are_the_regex_runs() -> None:
     rng = random.Random(1)
-    pieces = [*"0123456789", *" .()+-", "x", "\n", "_", "/", "\u0663", "\u00e9", "4111", "  ", "..."]
-    for text in _texts(rng, pieces, 4000, most=40):
+    pieces = [
+        *"0123456789", *" .()+-", "x", "\n", "_", "/", "\u0663", "\u00e9", "\u2019", "\uff11", "\U0001d7d9", "4111",
+        "  ", "...",
+    ]  # fmt: skip
+    for text in _texts(rng, pieces, 6000, most=40):
         assert r.number_runs(text) == [m.span() for m in r._NUMBER_RUN.finditer(text)], text
+
+
+def test_only_ascii_digits_means_no_other_decimal_digit() -> None:
+    """The fast paths of the number recognizer treat `\\d` as `[0-9]` where this holds (accents, quotes, dashes)."""
+    rng = random.Random(31)
+    pieces = ["7", "a", "\u00e9", "\u2019", "\u2013", "\u0663", "\uff11", "\u0967", "\U0001d7d9", "\u00b2", "\u4e00"]
+    for text in _texts(rng, pieces, 4000, most=8):
+        expected = all(c in "0123456789" for c in text if c.isdecimal())
+        assert r.only_ascii_digits(text) is expected, text
 
 
 def _reference_ip(text: str) -> tuple[int, int] | None:
@@ -215,7 +227,8 @@ def test_number_recognizer_finds_what_its_previous_loop_found() -> None:
     numbers.national = None  # the national-format phone checker came later; test_redaction_phones.py covers it
     rng = random.Random(13)
     pieces = [
-        *"0123456789", *" .()+-", "x", "_", "/", "\n", "\u0663", "\u00e9", "call ", "phone: ", "v", "version ",
+        *"0123456789", *" .()+-", "x", "_", "/", "\n", "\u0663", "\u00e9", "\u2019", "\uff11", "call ", "phone: ", "v",
+        "version ",
         "4111111111111111", "4111 1111 1111 1111", "3782-822463-10005", "(415) 555-0123", "1-800-555-0199",
         "+44 20 7946 0958", "4155550123", "123-45-6789", "34.201.12.9", "192.168.1.1", "1.2.3.4.5", "256.1.1.1",
         "01.2.3.4", "2026-01-11", "978-4-24-324692-0", "415.555.0123", "415 555 0123", "(415)555-0123",

@@ -170,9 +170,9 @@ class NumberRecognizer:
     def find(self, text: str, lowered: str) -> Iterable[Finding]:
         out: list[Finding] = []
         n = len(text)
-        ascii_text = text.isascii()
+        ascii_runs = only_ascii_digits(text)  # then every run is ASCII, and `\d` in the patterns means `[0-9]`
         shape_shortcuts = self._shape_shortcuts
-        for run_start, run_end in number_runs(text):
+        for run_start, run_end in number_runs(text, ascii_runs):
             run = text[run_start:run_end]
             size = run_end - run_start
             plus = "+" in run
@@ -186,7 +186,7 @@ class NumberRecognizer:
             shape = None
             if run.isdigit():
                 digits = size
-            elif ascii_text:
+            elif ascii_runs:
                 shape = run.encode("ascii").translate(_DIGITS_SEPARATORS)
                 digits = shape.count(48)  # b"0": only digits become one
                 if not shape_shortcuts:
@@ -214,7 +214,7 @@ class NumberRecognizer:
                 if digits <= 16 and (digits == size or run[1:].isdigit()):
                     self._bare_phone(text, lowered, run_start, run_end, out)
                 if digits >= 13:
-                    if digits == size <= 19 and ascii_text and self._card_shortcut and _free_right(text, run_end, end):
+                    if digits == size <= 19 and ascii_runs and self._card_shortcut and _free_right(text, run_end, end):
                         # 13-19 bare digits, nothing glued after them: `_CARD` matches exactly the run
                         if free_left(text, run_start) and v.card_digits_ok(run):
                             out.append(Finding(run_start, run_end, self.card.kind, self.card.priority))
@@ -226,7 +226,7 @@ class NumberRecognizer:
             if national and not claimed:  # national formats, unless the whole run is already found
                 self.national.check(text, run_start, run_end, digits, out)  # type: ignore[union-attr]
             if dots >= 3:
-                if dots == 3 and ascii_text and self._ipv4_shortcut:
+                if dots == 3 and ascii_runs and self._ipv4_shortcut:
                     # four groups of 1-3 digits, and a run cannot end where an address would go on: `_IPV4`
                     # matches exactly the run; it is an address if the groups are octets (a subset of those runs)
                     octets = v.IPV4_OCTETS.fullmatch(run)
@@ -278,7 +278,7 @@ _WORD_ASCII = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ012
 
 
 def _free_right(text: str, end: int, endpos: int) -> bool:
-    """`_NUM_AFTER` at `end` of ASCII text, seeing no further than `endpos`."""
+    """`_NUM_AFTER` at `end` of text whose digits are ASCII (`only_ascii_digits`), seeing no further than `endpos`."""
     if end >= endpos:
         return True
     after = text[end]
@@ -452,17 +452,31 @@ _NUMBER_RUN = re.compile(r"(?:\+|\(|\d)[\d .()+\-/]{5,}\d")
 _RUN_CHARS = bytes(ord("1") if chr(b) in "0123456789 .()+-/" else ord("0") for b in range(256))
 
 
-def number_runs(text: str) -> list[tuple[int, int]]:
-    """The spans `_NUMBER_RUN.finditer(text)` yields, found faster in ASCII text.
+def only_ascii_digits(text: str) -> bool:
+    """Whether every decimal digit in `text` is an ASCII one, so that `\\d` means `[0-9]` in it: always in ASCII
+    text; otherwise decided by one C scan for the non-ASCII characters (a few, in most text) and a test of those.
+    Accented letters, curly quotes and dashes leave it true; `٣` or a full-width `１` make it false."""
+    return text.isascii() or _ANY_DIGIT.search("".join(_NON_ASCII.findall(text))) is None
 
-    The regex engine would test each character against a class; instead the text's bytes are translated to `1`
-    (a run character) or `0`, and substring searches find each stretch of seven or more `1`. Within a stretch the
-    regex match runs from the first `+`, `(` or digit to the last digit, if that spans seven characters or more.
+
+_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
+_ANY_DIGIT = re.compile(r"\d")
+
+
+def number_runs(text: str, digits_are_ascii: bool | None = None) -> list[tuple[int, int]]:
+    """The spans `_NUMBER_RUN.finditer(text)` yields, found faster in text whose digits are ASCII (`only_ascii_digits`,
+    which a caller that knows passes as `digits_are_ascii`).
+
+    The regex engine would test each character against a class; instead the text's characters are translated to
+    `1` (a run character) or `0`, and substring searches find each stretch of seven or more `1`. Within a stretch
+    the regex match runs from the first `+`, `(` or digit to the last digit, if that spans seven characters or more.
+    A non-ASCII character is one byte too (latin-1, `?` where it has none), and never a run character there.
     """
-    if not text.isascii():
+    if not (only_ascii_digits(text) if digits_are_ascii is None else digits_are_ascii):
         return [m.span() for m in _NUMBER_RUN.finditer(text)]
     spans: list[tuple[int, int]] = []
-    shape = text.encode("ascii").translate(_RUN_CHARS)
+    data = text.encode("ascii") if text.isascii() else text.encode("latin-1", "replace")
+    shape = data.translate(_RUN_CHARS)
     i = shape.find(b"1111111")
     while i != -1:
         j = shape.find(b"0", i + 7)
