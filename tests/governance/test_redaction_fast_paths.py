@@ -35,13 +35,30 @@ def test_number_runs_are_the_regex_runs() -> None:
         assert r.number_runs(text) == [m.span() for m in r._NUMBER_RUN.finditer(text)], text
 
 
-def test_only_ascii_digits_means_no_other_decimal_digit() -> None:
-    """The fast paths of the number recognizer treat `\\d` as `[0-9]` where this holds (accents, quotes, dashes)."""
+def test_a_byte_form_exactly_where_every_digit_is_ascii() -> None:
+    """The number recognizer's fast paths read `\\d` as `[0-9]`: only text whose decimal digits are all ASCII gets
+    a byte form (accents, curly quotes, dashes do; `٣` or a full-width `１` do not), one byte per character."""
     rng = random.Random(31)
-    pieces = ["7", "a", "\u00e9", "\u2019", "\u2013", "\u0663", "\uff11", "\u0967", "\U0001d7d9", "\u00b2", "\u4e00"]
+    pieces = [
+        "7",
+        "a",
+        "?",
+        "\u00e9",
+        "\u2019",
+        "\u2013",
+        "\u0663",
+        "\uff11",
+        "\u0967",
+        "\U0001d7d9",
+        "\u00b2",
+        "\ud800",
+    ]
     for text in _texts(rng, pieces, 4000, most=8):
-        expected = all(c in "0123456789" for c in text if c.isdecimal())
-        assert r.only_ascii_digits(text) is expected, text
+        data = r.byte_per_character(text)
+        assert (data is not None) is all(c in "0123456789" for c in text if c.isdecimal()), text
+        if data is not None:
+            assert len(data) == len(text)
+            assert all(data[i] == ord(c) for i, c in enumerate(text) if c.isascii()), text
 
 
 def _reference_ip(text: str) -> tuple[int, int] | None:

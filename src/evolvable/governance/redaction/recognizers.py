@@ -170,9 +170,10 @@ class NumberRecognizer:
     def find(self, text: str, lowered: str) -> Iterable[Finding]:
         out: list[Finding] = []
         n = len(text)
-        ascii_runs = only_ascii_digits(text)  # then every run is ASCII, and `\d` in the patterns means `[0-9]`
+        data = byte_per_character(text)
+        ascii_runs = data is not None  # then every run is ASCII, and `\d` in the patterns means `[0-9]`
         shape_shortcuts = self._shape_shortcuts
-        for run_start, run_end in number_runs(text, ascii_runs):
+        for run_start, run_end in runs_in(text, data):
             run = text[run_start:run_end]
             size = run_end - run_start
             plus = "+" in run
@@ -278,7 +279,7 @@ _WORD_ASCII = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ012
 
 
 def _free_right(text: str, end: int, endpos: int) -> bool:
-    """`_NUM_AFTER` at `end` of text whose digits are ASCII (`only_ascii_digits`), seeing no further than `endpos`."""
+    """`_NUM_AFTER` at `end` of text whose digits are ASCII (`byte_per_character`), seeing no further than `endpos`."""
     if end >= endpos:
         return True
     after = text[end]
@@ -452,30 +453,37 @@ _NUMBER_RUN = re.compile(r"(?:\+|\(|\d)[\d .()+\-/]{5,}\d")
 _RUN_CHARS = bytes(ord("1") if chr(b) in "0123456789 .()+-/" else ord("0") for b in range(256))
 
 
-def only_ascii_digits(text: str) -> bool:
-    """Whether every decimal digit in `text` is an ASCII one, so that `\\d` means `[0-9]` in it: always in ASCII
-    text; otherwise decided by one C scan for the non-ASCII characters (a few, in most text) and a test of those.
-    Accented letters, curly quotes and dashes leave it true; `٣` or a full-width `１` make it false."""
-    return text.isascii() or _ANY_DIGIT.search("".join(_NON_ASCII.findall(text))) is None
+def byte_per_character(text: str) -> bytes | None:
+    """`text` as one byte per character (latin-1, `?` for a wider character) if every decimal digit in it is an
+    ASCII one, so that `\\d` means `[0-9]` in it; else None. ASCII text always qualifies; other text whose
+    characters all have a latin-1 byte too (no `?` was added: no digit outside ASCII lies below U+0100); wider text
+    after one scan for such a digit (`٣`, a full-width `１`). Accents, curly quotes and dashes keep the byte form."""
+    if text.isascii():
+        return text.encode("ascii")
+    data = text.encode("latin-1", "replace")
+    if data.count(b"?") == text.count("?") or _OTHER_DIGIT.search(text) is None:
+        return data
+    return None
 
 
-_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
-_ANY_DIGIT = re.compile(r"\d")
+_OTHER_DIGIT = re.compile(r"[^\D0-9]")  # a decimal digit other than 0-9
 
 
-def number_runs(text: str, digits_are_ascii: bool | None = None) -> list[tuple[int, int]]:
-    """The spans `_NUMBER_RUN.finditer(text)` yields, found faster in text whose digits are ASCII (`only_ascii_digits`,
-    which a caller that knows passes as `digits_are_ascii`).
+def number_runs(text: str) -> list[tuple[int, int]]:
+    """The spans `_NUMBER_RUN.finditer(text)` yields (`runs_in` the text's byte form)."""
+    return runs_in(text, byte_per_character(text))
 
-    The regex engine would test each character against a class; instead the text's characters are translated to
-    `1` (a run character) or `0`, and substring searches find each stretch of seven or more `1`. Within a stretch
-    the regex match runs from the first `+`, `(` or digit to the last digit, if that spans seven characters or more.
-    A non-ASCII character is one byte too (latin-1, `?` where it has none), and never a run character there.
+
+def runs_in(text: str, data: bytes | None) -> list[tuple[int, int]]:
+    """`number_runs(text)`, found faster from `data`, the text's byte form (`byte_per_character`), if it has one.
+
+    The regex engine would test each character against a class; instead the text's bytes are translated to `1`
+    (a run character) or `0`, and substring searches find each stretch of seven or more `1`. Within a stretch the
+    regex match runs from the first `+`, `(` or digit to the last digit, if that spans seven characters or more.
     """
-    if not (only_ascii_digits(text) if digits_are_ascii is None else digits_are_ascii):
+    if data is None:
         return [m.span() for m in _NUMBER_RUN.finditer(text)]
     spans: list[tuple[int, int]] = []
-    data = text.encode("ascii") if text.isascii() else text.encode("latin-1", "replace")
     shape = data.translate(_RUN_CHARS)
     i = shape.find(b"1111111")
     while i != -1:
