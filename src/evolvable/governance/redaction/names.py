@@ -260,7 +260,8 @@ class NameRecognizer:
             return []  # the common case: every capitalised word is a dictionary word (one C-level set test)
         codes = self._codes
         out: list[Finding] = []
-        group: list[tuple[int, int, int]] = []  # (start, end, code) of the current run of name-like words
+        # the current run of name-like words: its start and end, how many words, the first word's code
+        run_start = run_end = run_words = run_code = 0
         lead = -1  # start of a dictionary word joined right before the run (`New` York, `Please` Maria)
         zero_start = zero_end = -2  # the last dictionary word seen
         code_of = self._code
@@ -277,21 +278,23 @@ class NameRecognizer:
             if code is None:
                 code = code_of(word)
             if code <= 1:  # a dictionary word, or no name shape: ends the run
-                if group:
-                    cut = code >= 0 and _joins(text, group[-1][1], start)
-                    self._close(text, group, lead, end if cut else -1, out)
-                    group = []
+                if run_words:
+                    cut = code >= 0 and _joins(text, run_end, start)
+                    self._close(text, run_start, run_end, run_words, run_code, lead, end if cut else -1, out)
+                    run_words = 0
                 if code >= 0:
                     zero_start, zero_end = start, end
                 continue
-            if group and not _joins(text, group[-1][1], start):
-                self._close(text, group, lead, -1, out)
-                group = []
-            if not group:
+            if run_words and not _joins(text, run_end, start):
+                self._close(text, run_start, run_end, run_words, run_code, lead, -1, out)
+                run_words = 0
+            if not run_words:
                 lead = zero_start if zero_end > 0 and _joins(text, zero_end, start) else -1
-            group.append((start, end, code))
-        if group:
-            self._close(text, group, lead, -1, out)
+                run_start, run_code = start, code
+            run_end = end
+            run_words += 1
+        if run_words:
+            self._close(text, run_start, run_end, run_words, run_code, lead, -1, out)
         # the common case: each word of each name occurs once, and the names found are all there is
         return self._mentions(text, out) if out and _word_repeated(text, out) else out
 
@@ -323,18 +326,19 @@ class NameRecognizer:
                 more.append(Finding(start, end, self.kind, self.priority))
         return out + more if more else out
 
-    def _close(self, text: str, group: list[tuple[int, int, int]], lead: int, cut: int, out: list[Finding]) -> None:
-        """Decides whether a run of name-like words is a name. `lead`: start of a dictionary word joined before it
-        (or -1); `cut`: end of a dictionary word joined after it (`Chase Bank`), or -1."""
-        start, end = group[0][0], group[-1][1]
+    def _close(
+        self, text: str, start: int, end: int, words: int, code: int, lead: int, cut: int, out: list[Finding]
+    ) -> None:
+        """Decides whether a run of name-like words is a name: `text[start:end]`, `words` words, the first of them
+        of `code`. `lead`: start of a dictionary word joined before it (or -1); `cut`: end of a dictionary word
+        joined after it (`Chase Bank`), or -1. Plain ints, no list of the run's words: a run is closed per text."""
         places = self._places
         if (lead >= 0 and text[lead:end].lower() in places) or (cut >= 0 and text[start:cut].lower() in places):
             return  # `New York`, `Kilimanjaro Airport`
-        if len(group) >= 2:
+        if words >= 2:
             if text[start:end].lower() not in places:
                 out.append(Finding(start, end, self.kind, self.priority))  # `Maria Lopez`, `Kali Hautala`
             return
-        code = group[0][2]
         if code >= 4 and lead < 0 and cut < 0 and text[start:end].lower() not in self._countries:
             out.append(Finding(start, end, self.kind, self.priority))  # `Priya` (a name and no English word)
             return
