@@ -113,9 +113,11 @@ def control_tick(config: Path, environment: dict[str, str]) -> dict[str, object]
 
 
 def run_round(base: str, key: str, n: int, seed: int) -> None:
+    """`n` live runs at temperature 0.9, each sampled with its own fixed seed: which runs succeed (and so what the
+    memory lever learns from) is the same in every test run, not a draw of the sampler's entropy."""
     tasks = travel_tasks(n, seed=seed, prefix="live")
     with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda t: live_episode(base, key, t, temperature=0.9), tasks))
+        list(pool.map(lambda i: live_episode(base, key, tasks[i], temperature=0.9, seed=seed * 1000 + i), range(n)))
 
 
 def wait_stored(base: str, key: str, expected: int) -> None:

@@ -102,10 +102,18 @@ def _run_tool(request: dict[str, Any], task: TravelTask) -> str:
 
 
 def converse(
-    client: openai.OpenAI, model: str, messages: list[dict[str, Any]], task: TravelTask, temperature: float
+    client: openai.OpenAI,
+    model: str,
+    messages: list[dict[str, Any]],
+    task: TravelTask,
+    temperature: float,
+    seed: int | None = None,
 ) -> tuple[str, bool]:
-    """One or two model calls: the model may ask for a tool; returns the final reply and whether a tool ran."""
+    """One or two model calls: the model may ask for a tool; returns the final reply and whether a tool ran.
+    `seed` makes sampled calls repeatable (the policy server seeds each request's sampler with it)."""
     kw: dict[str, Any] = {"model": model, "max_tokens": 32, "temperature": temperature}
+    if seed is not None:
+        kw["seed"] = seed
     first = client.chat.completions.create(messages=messages, tools=TOOLS, **kw).choices[0].message.content or ""
     request = _tool_request(first)
     if request is None:
@@ -126,7 +134,7 @@ def verdict(task: TravelTask, reply: str) -> tuple[bool, bool]:
     return task.destination.lower() in reply.lower(), False
 
 
-def live_episode(base_url: str, key: str, task: TravelTask, temperature: float) -> bool:
+def live_episode(base_url: str, key: str, task: TravelTask, temperature: float, seed: int | None = None) -> bool:
     """One run through Evolvable: open a session (its harness is applied by the proxy), converse, report."""
     with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {key}"}, timeout=120) as http:
         opened = http.post("/sessions", json={"agent": AGENT, "task_id": task.id, "task_input": task.text})
@@ -134,7 +142,7 @@ def live_episode(base_url: str, key: str, task: TravelTask, temperature: float) 
         session = opened.json()
         client = openai.OpenAI(base_url=base_url, api_key=session["api_key"], max_retries=0, timeout=120)
         messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": task.text}]
-        reply, _ = converse(client, "smollm2-135m", messages, task, temperature)
+        reply, _ = converse(client, "smollm2-135m", messages, task, temperature, seed)
         success, _ = verdict(task, reply)
         http.post(
             f"/sessions/{session['id']}/end", json={"status": "completed", "outcome": 1.0 if success else 0.0}
