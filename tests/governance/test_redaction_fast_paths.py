@@ -40,19 +40,8 @@ def test_a_byte_form_exactly_where_every_digit_is_ascii() -> None:
     a byte form (accents, curly quotes, dashes do; `٣` or a full-width `１` do not), one byte per character."""
     rng = random.Random(31)
     pieces = [
-        "7",
-        "a",
-        "?",
-        "\u00e9",
-        "\u2019",
-        "\u2013",
-        "\u0663",
-        "\uff11",
-        "\u0967",
-        "\U0001d7d9",
-        "\u00b2",
-        "\ud800",
-    ]
+        "7", "a", "?", "\u00e9", "\u2019", "\u2013", "\u0663", "\uff11", "\u0967", "\U0001d7d9", "\u00b2", "\ud800",
+    ]  # fmt: skip
     for text in _texts(rng, pieces, 4000, most=8):
         data = r.byte_per_character(text)
         assert (data is not None) is all(c in "0123456789" for c in text if c.isdecimal()), text
