@@ -176,7 +176,7 @@ def test_the_weights_rule_trains_a_job_publishes_the_gated_snapshot_and_canaries
 
     # The canary runs on live sessions until the rollout is decided.
     seed = 10
-    while decision["verdict"] is None and seed < 16:
+    while decision["state"] == "canary" and seed < 16:
         time.sleep(6)  # the serving replica's harness router picks the canary up (refreshed every 5 s)
         run_round(base, key, 8, seed=seed)
         seed += 1
@@ -184,8 +184,15 @@ def test_the_weights_rule_trains_a_job_publishes_the_gated_snapshot_and_canaries
         decision = httpx.get(f"{base}/control/decisions/{decision['id']}", headers=auth, timeout=30).json()
     rollout = httpx.get(f"{base}/control/rollouts/{decision['rollout_id']}", headers=auth, timeout=30).json()
     assert rollout["analyses"] and max(a["candidate"]["n"] for a in rollout["analyses"]) > 0, rollout
-    assert rollout["state"] in ("promoted", "rolled_back"), rollout
-    assert decision["state"] in ("promoted", "rolled_back"), decision
+    assert rollout["state"] in ("promoted", "rolled_back", "paused"), rollout
+    assert decision["state"] == rollout["state"], decision
+    if rollout["state"] == "paused":
+        # A canary still inconclusive after its extensions waits for a human (a few runs of a barely trained
+        # adapter often are): the record says why, and an operator decides through the API.
+        assert rollout["extensions"] == 2 and rollout["analyses"][-1]["result"] == "inconclusive", rollout
+        assert rollout["analyses"][-1]["candidate"]["n"] >= 3, rollout
+        undone = httpx.post(f"{base}/control/rollouts/{rollout['id']}/rollback", headers=admin, timeout=120)
+        assert undone.status_code == 200 and undone.json()["state"] == "rolled_back", undone.text
     status = httpx.get(f"{base}/control/status", headers=auth, timeout=30).json()[AGENT]
     if rollout["state"] == "promoted":
         assert status["policy"]["active"] == candidate.id
