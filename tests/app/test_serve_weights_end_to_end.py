@@ -9,8 +9,9 @@ weights lever and makes it eligible on a dozen runs; then the product, unaided:
   (`accelerate launch`, 2 processes on the CPU) and returns: serve keeps answering while it trains;
 - a later tick gates the job's snapshot on the workload's validation tasks and publishes it: hot-loaded
   into the policy server, registered as a candidate policy version, through the safety and replay gates;
-- the policy canary routes live sessions to the adapter and promotes it or rolls it back; a rolled back
-  adapter is unloaded from the server (a promoted one is then rolled back through the API, so that path
+- the policy canary routes live sessions to the adapter and promotes it or rolls it back, or, still
+  inconclusive after its extensions, pauses it for an operator, who rolls it back through the API; a rolled
+  back adapter is unloaded from the server (a promoted one is then rolled back through the API, so that path
   runs every time).
 
 A tiny training budget cannot be expected to beat the served policy, so the configuration sets the
