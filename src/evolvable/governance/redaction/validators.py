@@ -189,7 +189,10 @@ def _ipv4_int(candidate: str) -> int | None:
 
 _HEXTET = r"[0-9A-Fa-f]{1,4}+"  # possessive: hextets end at a colon, so nothing is ever given back
 _IPV6_FULL = re.compile(rf"{_HEXTET}(?::{_HEXTET}){{7}}")
-_IPV6_GAP = re.compile(rf"((?:{_HEXTET}(?::{_HEXTET})*+)?+)::((?:{_HEXTET}(?::{_HEXTET})*+)?+)")
+# Greedy groups, not possessive ones (`*+`, `?+` after a group): CPython before 3.11.5 matched those wrongly
+# (gh-106052, gh-100061), and Debian 12's Python 3.11.2 then found no `::` address at all. Hextets cannot
+# contain the colons between them, so the greedy form accepts exactly the same texts.
+_IPV6_GAP = re.compile(rf"((?:{_HEXTET}(?::{_HEXTET})*)?)::((?:{_HEXTET}(?::{_HEXTET})*)?)")
 _EIGHT_HEXTETS = "%4s" * 8
 
 
