@@ -175,9 +175,9 @@ def main() -> None:
         table.add_row(
             name,
             f"{s['recall_structured']:.3f}",
-            *(f"{groups.get(g, 0):.2f}" for g in STRUCTURED_GROUPS),
-            f"{groups.get('person', 0):.2f}",
-            f"{s['damage']:.1%}",
+            *(f"{groups[g]:.2f}" if g in groups else "-" for g in STRUCTURED_GROUPS),  # "-": none planted
+            f"{groups['person']:.2f}" if "person" in groups else "-",
+            f"{s['damage']:.1%}" if s["hard_negatives"] else "-",
             f"{s['precision']:.3f}" if s["precision"] is not None else "-",
             f"{speed:.3f}",
             f"{speed / ours['mb_per_s']:.4f}x" if name != "ours" else "1x",
