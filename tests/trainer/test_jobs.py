@@ -97,17 +97,19 @@ def test_a_job_survives_a_new_manager_and_is_resumed_after_its_process_died(
     tmp_path: Path, jobs: TrainingJobs, synthetic_set: list[Trajectory]
 ) -> None:
     """A restarted `serve` (a new manager on the same store) re-attaches; a dead job with a checkpoint resumes."""
-    config = {**TINY, "checkpoint_interval": 1, "rollout_batch_size": 2, "micro_batch_size": 1}
+    # 64 iterations, a checkpoint after each: the job is still running well after its first one (with 8, a fast
+    # machine once finished the job between the first checkpoint and the kill)
+    config = {**TINY, "checkpoint_interval": 1, "rollout_batch_size": 2, "micro_batch_size": 1, "epochs": 8}
     manager = JobManager(jobs, LocalLauncher(tool="python", env=ENV), tmp_path / "jobs")
     record = manager.submit(agent="a", config=config, trajectories=synthetic_set)
     run_dir = Path(record.output_dir) / "run"
     deadline = time.monotonic() + 240
     while not (run_dir / "checkpoints").is_dir() or not any((run_dir / "checkpoints").glob("iter_*/COMPLETE")):
         assert time.monotonic() < deadline, (Path(record.output_dir) / "job.log").read_text()[-2000:]
-        if (run_dir / "result.json").exists():
-            pytest.skip("the job finished before a checkpoint could be interrupted")
-        time.sleep(0.2)
+        assert not (run_dir / "result.json").exists(), "the job finished before a checkpoint could be interrupted"
+        time.sleep(0.05)
     os.killpg(int(record.handle), signal.SIGKILL)
+    assert not (run_dir / "result.json").exists(), "the job finished before it was killed"
     restarted = JobManager(TrainingJobs(jobs.engine), LocalLauncher(tool="python", env=ENV), tmp_path / "jobs")
     done = wait_until_done(restarted, record.id)
     assert done.state == JobState.succeeded and done.attempts == 2, done.error
