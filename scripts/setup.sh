@@ -13,7 +13,7 @@ sys.exit(0 if sys.version_info >= (3, 11) and os.path.exists(os.path.join(syscon
 
 # The interpreter: $PYTHON when set; else the operating system's packaged Python when usable; else the first
 # python3.11 / python3 on PATH. Distributions build their Python with profile-guided and link-time optimisation,
-# which version managers such as pyenv leave off by default: the same code redacts 1.08-1.16x faster on it
+# which version managers such as pyenv leave off by default: the same code redacts 1.09-1.19x faster on it
 # (docs/PERFORMANCE.md, "The interpreter").
 if [ -z "${PYTHON:-}" ]; then
   for candidate in /usr/bin/python3.11 /usr/bin/python3; do
