@@ -340,3 +340,49 @@ def test_dashboard_in_a_real_browser(served: str, database: str, tmp_path: Path)
         assert errors == [], errors
     finally:
         driver.quit()
+
+
+def test_a_page_left_while_loading_or_by_logout_polls_no_more(served: str, tmp_path: Path) -> None:
+    """The runs list polls while shown. Left before its first load finished (a quick second navigation), its
+    poller once outlived it, and after a logout kept asking with no key: the browser logged 401s."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def runs_requests() -> int:
+        names = driver.execute_script("return performance.getEntriesByType('resource').map((e) => e.name)")
+        return sum("/v1/dashboard/runs" in name for name in names)
+
+    driver = chrome(tmp_path / "chromium-profile")
+    wait = WebDriverWait(driver, 30)
+    try:
+        driver.get(f"{served}/ui/#/control")
+        field = wait.until(ec.visibility_of_element_located((By.NAME, "key")))
+        field.send_keys(ADMIN_KEY)
+        field.submit()
+        wait.until(ec.visibility_of_element_located((By.ID, "top")))
+        driver.execute_script("performance.setResourceTimingBufferSize(10000)")
+        for i in range(3):  # the runs page, replaced by the control page before its first request is answered
+            driver.execute_script(
+                f"location.hash = '#/runs?agent=a{i}'; setTimeout(() => {{ location.hash = '#/control'; }}, 0)"
+            )
+            wait.until(lambda d: d.execute_script("return location.hash") == "#/control")
+        wait.until(ec.text_to_be_present_in_element((By.ID, "page"), "Control"))
+        time.sleep(0.5)
+        left = runs_requests()
+        assert left >= 1  # each runs page did ask once
+        time.sleep(3.5)  # longer than the runs page's poll interval (3 s)
+        assert runs_requests() == left, "a runs page polled after it was replaced"
+
+        driver.get(f"{served}/ui/#/runs")
+        wait.until(ec.presence_of_element_located((By.ID, "runs-status")))
+        wait.until(ec.text_to_be_present_in_element((By.ID, "runs-status"), "live"))
+        driver.find_element(By.ID, "logout").click()
+        wait.until(ec.visibility_of_element_located((By.NAME, "key")))
+        after_logout = runs_requests()
+        time.sleep(3.5)
+        assert runs_requests() == after_logout, "the runs page polled after the logout"
+        errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+        assert errors == [], errors
+    finally:
+        driver.quit()

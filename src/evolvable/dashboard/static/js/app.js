@@ -17,6 +17,9 @@ const PAGES = {
 
 let me = null;
 let cleanup = null;
+// Each navigation's number: a page that finishes loading after a newer navigation (or a logout) began is
+// stopped at once instead of left polling in the background.
+let generation = 0;
 
 function route() {
   const [path, qs = ""] = (window.location.hash || "#/runs").slice(1).split("?");
@@ -26,17 +29,25 @@ function route() {
   return { page: PAGES[page] ? page : "runs", params };
 }
 
-async function show() {
+function stopPage() {
+  generation += 1;
   if (cleanup) cleanup();
   cleanup = null;
+}
+
+async function show() {
+  stopPage();
+  const mine = generation;
   const page = document.getElementById("page");
   if (!key()) return showLogin();
   if (!me) {
     try {
       me = await api("/v1/dashboard/me");
     } catch (err) {
+      if (mine !== generation) return;
       return showLogin(err instanceof ApiError && err.status === 401 ? "That key was not accepted." : err.message);
     }
+    if (mine !== generation) return;
   }
   document.getElementById("login").hidden = true;
   document.getElementById("top").hidden = false;
@@ -47,8 +58,14 @@ async function show() {
   }
   clear(page);
   try {
-    cleanup = (await PAGES[name](page, params, me)) || null;
+    const stop = (await PAGES[name](page, params, me)) || null;
+    if (mine !== generation) {
+      if (stop) stop(); // replaced while it loaded: its poller must not outlive it
+      return;
+    }
+    cleanup = stop;
   } catch (err) {
+    if (mine !== generation) return;
     if (err instanceof ApiError && err.status === 401) return logout();
     page.append(h("p", { class: "error" }, err.message));
   }
@@ -63,6 +80,7 @@ function showLogin(message = "") {
 }
 
 function logout() {
+  stopPage(); // the page's pollers stop with the key
   setKey(null);
   me = null;
   showLogin();
