@@ -29,8 +29,11 @@ fi
 if [ ! -x .venv/bin/python ]; then
   echo "creating .venv with $PYTHON ($("$PYTHON" --version 2>&1))"
   "$PYTHON" -m venv .venv
-elif [ "$(.venv/bin/python -c 'import sys; print(sys._base_executable)')" != "$("$PYTHON" -c 'import sys; print(sys.executable)')" ]; then
-  echo "note: .venv runs $(.venv/bin/python -c 'import sys; print(sys._base_executable)'), not $PYTHON; remove .venv to rebuild it" >&2
+else
+  venv_base="$(.venv/bin/python -c 'import sys; print(sys._base_executable)')"
+  if [ "$venv_base" != "$("$PYTHON" -c 'import sys; print(sys.executable)')" ]; then
+    echo "note: .venv runs $venv_base, not $PYTHON; remove .venv to rebuild it" >&2
+  fi
 fi
 PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
 "${PIP[@]}" install --upgrade pip

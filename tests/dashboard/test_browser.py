@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -212,6 +213,17 @@ def chrome(profile: Path):
     return webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
 
 
+def log_in(wait: Any, key: str) -> None:
+    """Types `key` into the login form and waits for the signed-in header."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+
+    field = wait.until(ec.visibility_of_element_located((By.NAME, "key")))
+    field.send_keys(key)
+    field.submit()
+    wait.until(ec.visibility_of_element_located((By.ID, "top")))
+
+
 def test_dashboard_in_a_real_browser(served: str, database: str, tmp_path: Path) -> None:
     from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
@@ -234,12 +246,6 @@ def test_dashboard_in_a_real_browser(served: str, database: str, tmp_path: Path)
         png = driver.execute_cdp_cmd("Page.captureScreenshot", {"clip": clip, "captureBeyondViewport": True})
         (shots / f"{name}.png").write_bytes(base64.b64decode(png["data"]))
 
-    def login(key: str) -> None:
-        field = wait.until(ec.visibility_of_element_located((By.NAME, "key")))
-        field.send_keys(key)
-        field.submit()
-        wait.until(ec.visibility_of_element_located((By.ID, "top")))
-
     def row_text(run: str) -> str:
         return wait.until(lambda d: d.find_element(By.CSS_SELECTOR, f'tr[data-run="{run}"]').text)
 
@@ -253,7 +259,7 @@ def test_dashboard_in_a_real_browser(served: str, database: str, tmp_path: Path)
     try:
         driver.get(f"{url}/ui/")
         shot("login")
-        login(ADMIN_KEY)
+        log_in(wait, ADMIN_KEY)
         # Trajectories: every tenant's runs for the admin key, the running one live.
         assert "running" in row_text(data["running"])
         shot("trajectories")
@@ -329,7 +335,7 @@ def test_dashboard_in_a_real_browser(served: str, database: str, tmp_path: Path)
         # A tenant key: only its own tenant's runs, no governance data.
         driver.find_element(By.ID, "logout").click()
         driver.get(f"{url}/ui/#/runs")
-        login(data["globex"])
+        log_in(wait, data["globex"])
         wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "tr[data-run]")))
         ids = {e.get_attribute("data-run") for e in driver.find_elements(By.CSS_SELECTOR, "tr[data-run]")}
         assert len(ids) == 1 and data["first"] not in driver.page_source and "acme" not in driver.page_source
@@ -357,10 +363,7 @@ def test_a_page_left_while_loading_or_by_logout_polls_no_more(served: str, tmp_p
     wait = WebDriverWait(driver, 30)
     try:
         driver.get(f"{served}/ui/#/control")
-        field = wait.until(ec.visibility_of_element_located((By.NAME, "key")))
-        field.send_keys(ADMIN_KEY)
-        field.submit()
-        wait.until(ec.visibility_of_element_located((By.ID, "top")))
+        log_in(wait, ADMIN_KEY)
         driver.execute_script("performance.setResourceTimingBufferSize(10000)")
         for i in range(3):  # the runs page, replaced by the control page before its first request is answered
             driver.execute_script(
