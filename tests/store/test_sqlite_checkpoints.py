@@ -9,7 +9,13 @@ from pathlib import Path
 
 from evolvable.protocol.models import events_for
 from evolvable.store import Store
-from evolvable.store.engine import CHECKPOINT_INTERVAL_S, WAL_BACKSTOP_PAGES, WRITE_OPTIONS, WRITER_CACHE_KIB
+from evolvable.store.engine import (
+    CHECKPOINT_INTERVAL_S,
+    WAL_BACKSTOP_PAGES,
+    WRITE_OPTIONS,
+    WRITER_CACHE_KIB,
+    create_engine,
+)
 
 
 def _checkpointers() -> list[threading.Thread]:
@@ -81,3 +87,31 @@ def test_connections_that_write_get_the_bigger_page_cache(tmp_path: Path) -> Non
                 assert reader.exec_driver_sql("PRAGMA cache_size").scalar() == -2000  # SQLite's default
     finally:
         store.close()
+
+
+def test_many_first_opens_of_a_new_database_at_once_all_enter_wal(tmp_path: Path) -> None:
+    """Connections that switch a new file to WAL together get "database is locked" at once from SQLite
+    (its busy handler is skipped to avoid a deadlock), about once in 200 rounds of four: the engine retries.
+    One engine per thread, as separate processes or stores opening one new file would have."""
+    errors: list[BaseException] = []
+    modes: list[str] = []
+
+    def open_and_read_mode(url: str) -> None:
+        engine = create_engine(url)
+        try:
+            with engine.connect() as conn:
+                modes.append(conn.exec_driver_sql("PRAGMA journal_mode").scalar())
+        except BaseException as err:  # reported below
+            errors.append(err)
+        finally:
+            engine.dispose()
+
+    for round_ in range(600):
+        url = f"sqlite:///{tmp_path / f'new-{round_}.db'}"
+        threads = [threading.Thread(target=open_and_read_mode, args=(url,)) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert errors == []
+    assert modes == ["wal"] * 2400

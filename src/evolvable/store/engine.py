@@ -15,6 +15,7 @@ import os
 import re
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -108,7 +109,7 @@ def _sqlite_engine(url: URL) -> sa.Engine:
         # Let SQLAlchemy (not pysqlite) decide when transactions begin; see _on_begin.
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")
+        _enter_wal(cur)
         cur.execute("PRAGMA synchronous=NORMAL")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
@@ -141,6 +142,27 @@ def _sqlite_engine(url: URL) -> sa.Engine:
             checkpointer.close()
 
     return engine
+
+
+def _enter_wal(cursor: sqlite3.Cursor) -> None:
+    """`PRAGMA journal_mode=WAL`, retried while the file is locked.
+
+    A new database starts in rollback mode, and switching it takes a read lock and then a write lock. When
+    two connections switch at once, each holding the read lock, SQLite answers "database is locked" at once
+    instead of waiting out the busy timeout (waiting would deadlock: see sqlite3_busy_handler). Concurrent
+    first opens of one file (several services, or threads, opening a new store) hit it about once in 200.
+    """
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    pause = 0.001
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
 
 
 WRITER_CACHE_KIB = 16_384
