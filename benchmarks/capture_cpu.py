@@ -7,12 +7,15 @@ Process CPU time, not wall time: it holds up on a shared machine (the load is pr
 -x -C DIR`) in its own process in the same run, so the ratios compare like with like. Versions before
 typed records spooled dicts through orjson; the worker uses whichever the version has.
 
-    .venv/bin/python benchmarks/capture_cpu.py [--calls 4000] [--baseline-src DIR]
+    .venv/bin/python benchmarks/capture_cpu.py [--calls 4000] [--one-call] [--baseline-src DIR]
+
+The heap is frozen before the timed part, as the forked writer freezes the one it inherits.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import subprocess
@@ -56,7 +59,7 @@ def reply_bytes(i: int) -> bytes:
     )
 
 
-def frame_calls(n: int, replies: list[bytes]) -> list[bytes]:
+def frame_calls(n: int, replies: list[bytes], one_call: bool = False) -> list[bytes]:
     """The request path's share: what it does per call once the reply is in (parse check, build, encode)."""
     import orjson
 
@@ -80,9 +83,9 @@ def frame_calls(n: int, replies: list[bytes]) -> list[bytes]:
         call = CallRecord(
             id=rid,
             request_id=rid,
-            trajectory_id=f"traj_{i // 8}",
+            trajectory_id=f"traj_{i if one_call else i // 8}",
             tenant_id="default",
-            session_id=f"traj_{i // 8}",
+            session_id=None if one_call else f"traj_{i // 8}",
             agent="support",
             request={"model": "mock", "messages": MESSAGES, "temperature": 0.2, "return_token_ids": True},
             injected=["return_token_ids"],
@@ -134,23 +137,28 @@ def convert(payloads: list[bytes]) -> list[Any]:
     return [e for p in payloads for e in converter.convert(decode(p))]
 
 
-def run_worker(calls: int) -> dict[str, Any]:
+def run_worker(calls: int, one_call: bool = False) -> dict[str, Any]:
     from evolvable.protocol.models import TrajectoryHeader, TrajectoryStarted
     from evolvable.store import Store
 
     replies = [reply_bytes(i) for i in range(calls)]
-    convert(frame_calls(16, replies))  # imports and first-use caches out of the timed part
+    convert(frame_calls(16, replies, one_call))  # imports and first-use caches out of the timed part
+    gc.collect()
+    gc.freeze()  # as the forked writer does first: collections then skip the startup heap
     figures: dict[str, Any] = {"calls": calls}
     cpu = time.process_time()
-    payloads = frame_calls(calls, replies)
+    payloads = frame_calls(calls, replies, one_call)
     figures["frame_us_per_call"] = (time.process_time() - cpu) / calls * 1e6
     figures["record_bytes"] = sum(map(len, payloads)) / calls
     cpu = time.process_time()
     events = convert(payloads)
     figures["convert_us_per_call"] = (time.process_time() - cpu) / calls * 1e6
+    # Session calls' trajectories are opened by their session record, outside the timed part; a one-call
+    # trajectory's start and end come with its call.
     starts = [
         TrajectoryStarted(trajectory_id=tid, header=TrajectoryHeader(id=tid, agent="support"))
         for tid in dict.fromkeys(e.trajectory_id for e in events)
+        if not one_call
     ]
     with tempfile.TemporaryDirectory() as tmp, Store.open(f"sqlite:///{tmp}/capture.db") as store:
         store.apply_events(starts)
@@ -183,17 +191,22 @@ def govern(store: Any, events: list[Any], calls: int, figures: dict[str, Any]) -
     return governed
 
 
-def spawn(calls: int, src: Path | None) -> dict[str, Any]:
+def spawn(calls: int, src: Path | None, one_call: bool = False) -> dict[str, Any]:
     env = dict(os.environ)
     if src is not None:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(src / "src"), env.get("PYTHONPATH")) if p)
-    command = [sys.executable, __file__, "--worker", "--calls", str(calls)]
+    command = [sys.executable, __file__, "--worker", "--calls", str(calls), *(["--one-call"] if one_call else [])]
     return json.loads(subprocess.run(command, env=env, check=True, stdout=subprocess.PIPE).stdout)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=4000)
+    parser.add_argument(
+        "--one-call",
+        action="store_true",
+        help="Calls without a session, each its own trajectory (start, step, end), as proxy_overhead.py sends.",
+    )
     parser.add_argument("--baseline-src", type=Path)
     parser.add_argument("--baseline-label", default="baseline")
     parser.add_argument("--rounds", type=int, default=3, help="Interleaved rounds; the best of each is kept.")
@@ -201,7 +214,7 @@ def main() -> None:
     parser.add_argument("--results", type=Path, default=RESULTS)
     args = parser.parse_args()
     if args.worker:
-        sys.stdout.write(json.dumps(run_worker(args.calls)))
+        sys.stdout.write(json.dumps(run_worker(args.calls, args.one_call)))
         return
     versions: dict[str, Path | None] = {"current": None}
     if args.baseline_src is not None:
@@ -210,7 +223,7 @@ def main() -> None:
     with LoadMonitor() as monitor:
         for _ in range(args.rounds):
             for label, src in versions.items():
-                runs[label].append(spawn(args.calls, src))
+                runs[label].append(spawn(args.calls, src, args.one_call))
     load = monitor.summary()
     best = {label: {k: min(r[k] for r in rs) for k in rs[0]} for label, rs in runs.items()}
     stages = (*STAGES, "total_us_per_call", "record_bytes")

@@ -202,3 +202,30 @@ def test_sqlite_fast_datetime_text_equals_sqlalchemys(value: datetime | None) ->
     process = steps.c.started_at.type.dialect_impl(engine.dialect).bind_processor(engine.dialect)
     assert sqlite_bulk.sqlite_utc_text(value) == process(value)
     engine.dispose()
+
+
+def test_sqlite_header_rows_equal_what_sqlalchemys_insert_writes(tmp_path, make_trajectory) -> None:
+    """New trajectories' rows go through the driver's executemany on SQLite: byte for byte the row SQLAlchemy's
+    INSERT writes (datetimes as text, the header document as JSON, booleans as integers, NULLs)."""
+    from evolvable.store.rows import header_row
+    from evolvable.store.tables.trajectories import trajectories
+
+    ended = make_trajectory()
+    running = make_trajectory(status=TrajectoryStatus.running)
+    naive = make_trajectory().model_copy(update={"started_at": datetime(2026, 1, 2, 3, 4, 5)})
+    rows = [header_row(t.header()) for t in (ended, running, naive)]
+    rows[0]["status"], rows[0]["ended_at"] = (
+        "completed",
+        datetime(2026, 11, 3, 9, 30, tzinfo=timezone(timedelta(hours=2))),
+    )
+    stored = []
+    for fast in (True, False):
+        with Store.open(f"sqlite:///{tmp_path / f'fast-{fast}.db'}") as store, store.engine.begin() as conn:
+            copies = [{**row, "header": dict(row["header"])} for row in rows]
+            if fast:
+                sqlite_bulk.insert_or_ignore(conn, trajectories, copies)
+            else:
+                conn.execute(ingest.dialect_insert(conn, trajectories).on_conflict_do_nothing(), copies)
+            stored.append(conn.exec_driver_sql("SELECT * FROM trajectories ORDER BY id").fetchall())
+    assert len(stored[0]) == 3
+    assert stored[0] == stored[1]
