@@ -285,8 +285,8 @@ def _write_headers(
         inserted = {row["id"] for row in fresh}
     elif fresh and conn.dialect.name == "sqlite":
         # One writer at a time (BEGIN IMMEDIATE) and `existing` was read in this transaction: none is stored, so
-        # the driver's executemany (no RETURNING, no per-row SQLAlchemy binding: a third of the store's CPU for
-        # one-call trajectories went to this insert).
+        # the driver's executemany, with no RETURNING and no per-row SQLAlchemy binding (for one-call
+        # trajectories this insert was the store's costliest statement).
         sqlite_bulk.insert_or_ignore(conn, trajectories, fresh)
         inserted = {row["id"] for row in fresh}
     elif fresh:
