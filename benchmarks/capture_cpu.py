@@ -155,11 +155,14 @@ def run_worker(calls: int, one_call: bool = False) -> dict[str, Any]:
     figures["convert_us_per_call"] = (time.process_time() - cpu) / calls * 1e6
     # Session calls' trajectories are opened by their session record, outside the timed part; a one-call
     # trajectory's start and end come with its call.
-    starts = [
-        TrajectoryStarted(trajectory_id=tid, header=TrajectoryHeader(id=tid, agent="support"))
-        for tid in dict.fromkeys(e.trajectory_id for e in events)
-        if not one_call
-    ]
+    starts = (
+        []
+        if one_call
+        else [
+            TrajectoryStarted(trajectory_id=tid, header=TrajectoryHeader(id=tid, agent="support"))
+            for tid in dict.fromkeys(e.trajectory_id for e in events)
+        ]
+    )
     with tempfile.TemporaryDirectory() as tmp, Store.open(f"sqlite:///{tmp}/capture.db") as store:
         store.apply_events(starts)
         governed = govern(store, events, calls, figures)

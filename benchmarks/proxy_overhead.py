@@ -441,34 +441,25 @@ def orchestrate(
         )
         targets: list[tuple[str, str, str | None, Any]] = [("direct", f"{mock}/chat/completions", None, None)]
 
-        bare_port = free_port()
-        targets.append(
-            (
-                "bare pass-through",
-                f"http://127.0.0.1:{bare_port}/v1/chat/completions",
-                None,
-                lambda: servers.start(
-                    [sys.executable, __file__, "bare", "--port", str(bare_port), "--upstream", mock],
-                    f"http://127.0.0.1:{bare_port}/v1/models",
-                    log="bare",
-                ),
-            )
-        )
-
-        if asgi_floor:
-            asgi_port = free_port()
+        def floor_target(name: str, role: str) -> None:
+            """A pass-through of this script's own (`bare` or `asgi`), started on first use."""
+            port = free_port()
             targets.append(
                 (
-                    ASGI_FLOOR,
-                    f"http://127.0.0.1:{asgi_port}/v1/chat/completions",
+                    name,
+                    f"http://127.0.0.1:{port}/v1/chat/completions",
                     None,
                     lambda: servers.start(
-                        [sys.executable, __file__, "asgi", "--port", str(asgi_port), "--upstream", mock],
-                        f"http://127.0.0.1:{asgi_port}/v1/models",
-                        log="asgi",
+                        [sys.executable, __file__, role, "--port", str(port), "--upstream", mock],
+                        f"http://127.0.0.1:{port}/v1/models",
+                        log=role,
                     ),
                 )
             )
+
+        floor_target("bare pass-through", "bare")
+        if asgi_floor:
+            floor_target(ASGI_FLOOR, "asgi")
 
         def evolvable_target(name: str, port: int, tag: str, src: Path | None) -> None:
             paths = [str(src), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))] if src else []
