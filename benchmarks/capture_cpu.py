@@ -9,7 +9,8 @@ typed records spooled dicts through orjson; the worker uses whichever the versio
 
     .venv/bin/python benchmarks/capture_cpu.py [--calls 4000] [--one-call] [--baseline-src DIR]
 
-The heap is frozen before the timed part, as the forked writer freezes the one it inherits.
+The heap is frozen before the timed part, as the forked writer freezes the one it inherits, and the cyclic GC
+is off during it in versions whose writer turns it off for each batch it applies.
 """
 
 from __future__ import annotations
@@ -35,7 +36,11 @@ MESSAGES = [
 ]
 
 
-def reply_bytes(i: int) -> bytes:
+PROMPT_TOKENS, COMPLETION_TOKENS = 90, 40
+"""Token ids (and completion logprobs) in each reply; `--tokens` sets them (RL capture of long prompts)."""
+
+
+def reply_bytes(i: int, prompt_tokens: int = PROMPT_TOKENS, completion_tokens: int = COMPLETION_TOKENS) -> bytes:
     import orjson
 
     return orjson.dumps(
@@ -49,11 +54,11 @@ def reply_bytes(i: int) -> bytes:
                     "index": 0,
                     "finish_reason": "stop",
                     "message": {"role": "assistant", "content": "Your order A-1 shipped yesterday with UPS. " * 2},
-                    "token_ids": list(range(40)),
-                    "logprobs": {"content": [{"token": "x", "logprob": -0.25} for _ in range(40)]},
+                    "token_ids": list(range(completion_tokens)),
+                    "logprobs": {"content": [{"token": "x", "logprob": -0.25} for _ in range(completion_tokens)]},
                 }
             ],
-            "prompt_token_ids": list(range(90)),
+            "prompt_token_ids": list(range(prompt_tokens)),
             "usage": {"prompt_tokens": 90, "completion_tokens": 40, "total_tokens": 130},
         }
     )
@@ -137,14 +142,21 @@ def convert(payloads: list[bytes]) -> list[Any]:
     return [e for p in payloads for e in converter.convert(decode(p))]
 
 
-def run_worker(calls: int, one_call: bool = False) -> dict[str, Any]:
+def run_worker(
+    calls: int,
+    one_call: bool = False,
+    tokens: tuple[int, int] = (PROMPT_TOKENS, COMPLETION_TOKENS),
+    gc_mode: str = "writer",
+) -> dict[str, Any]:
     from evolvable.protocol.models import TrajectoryHeader, TrajectoryStarted
     from evolvable.store import Store
 
-    replies = [reply_bytes(i) for i in range(calls)]
+    replies = [reply_bytes(i, *tokens) for i in range(calls)]
     convert(frame_calls(16, replies, one_call))  # imports and first-use caches out of the timed part
     gc.collect()
     gc.freeze()  # as the forked writer does first: collections then skip the startup heap
+    if gc_mode == "writer" and _writer_pauses_gc():
+        gc.disable()  # as the forked writer does for each batch it applies
     figures: dict[str, Any] = {"calls": calls}
     cpu = time.process_time()
     payloads = frame_calls(calls, replies, one_call)
@@ -174,6 +186,15 @@ def run_worker(calls: int, one_call: bool = False) -> dict[str, Any]:
     return figures
 
 
+def _writer_pauses_gc() -> bool:
+    """Whether this version's forked writer turns the cyclic GC off while it applies a batch."""
+    try:
+        from evolvable.proxy import writer
+    except ImportError:
+        return False
+    return hasattr(writer, "_batch_gc")
+
+
 STAGES = ("frame_us_per_call", "convert_us_per_call", "govern_us_per_call", "store_us_per_call")
 
 
@@ -194,11 +215,15 @@ def govern(store: Any, events: list[Any], calls: int, figures: dict[str, Any]) -
     return governed
 
 
-def spawn(calls: int, src: Path | None, one_call: bool = False) -> dict[str, Any]:
+def spawn(
+    calls: int, src: Path | None, one_call: bool = False, tokens: str = "", gc_mode: str = "writer"
+) -> dict[str, Any]:
     env = dict(os.environ)
     if src is not None:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(src / "src"), env.get("PYTHONPATH")) if p)
     command = [sys.executable, __file__, "--worker", "--calls", str(calls), *(["--one-call"] if one_call else [])]
+    command += ["--tokens", tokens] if tokens else []
+    command += ["--gc", gc_mode]
     return json.loads(subprocess.run(command, env=env, check=True, stdout=subprocess.PIPE).stdout)
 
 
@@ -210,6 +235,18 @@ def main() -> None:
         action="store_true",
         help="Calls without a session, each its own trajectory (start, step, end), as proxy_overhead.py sends.",
     )
+    parser.add_argument(
+        "--tokens",
+        default=f"{PROMPT_TOKENS},{COMPLETION_TOKENS}",
+        help="PROMPT,COMPLETION: token ids per reply (completion tokens come with logprobs).",
+    )
+    parser.add_argument(
+        "--gc",
+        choices=("writer", "on"),
+        default="writer",
+        help="The cyclic GC in the timed part: as the version's writer has it (off for each batch in versions that "
+        "pause it), or on (to measure what pausing it saves).",
+    )
     parser.add_argument("--baseline-src", type=Path)
     parser.add_argument("--baseline-label", default="baseline")
     parser.add_argument("--rounds", type=int, default=3, help="Interleaved rounds; the best of each is kept.")
@@ -217,7 +254,9 @@ def main() -> None:
     parser.add_argument("--results", type=Path, default=RESULTS)
     args = parser.parse_args()
     if args.worker:
-        sys.stdout.write(json.dumps(run_worker(args.calls, args.one_call)))
+        prompt_tokens, completion_tokens = (int(n) for n in args.tokens.split(","))
+        tokens = (prompt_tokens, completion_tokens)
+        sys.stdout.write(json.dumps(run_worker(args.calls, args.one_call, tokens, args.gc)))
         return
     versions: dict[str, Path | None] = {"current": None}
     if args.baseline_src is not None:
@@ -226,7 +265,7 @@ def main() -> None:
     with LoadMonitor() as monitor:
         for _ in range(args.rounds):
             for label, src in versions.items():
-                runs[label].append(spawn(args.calls, src, args.one_call))
+                runs[label].append(spawn(args.calls, src, args.one_call, args.tokens, args.gc))
     load = monitor.summary()
     best = {label: {k: min(r[k] for r in rs) for k in rs[0]} for label, rs in runs.items()}
     stages = (*STAGES, "total_us_per_call", "record_bytes")
@@ -247,6 +286,8 @@ def main() -> None:
                 "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                 "environment": environment(load),
                 "baseline": args.baseline_label if args.baseline_src else None,
+                "tokens_per_reply": args.tokens,
+                "gc": args.gc,
                 "best": best,
                 "runs": runs,
             },

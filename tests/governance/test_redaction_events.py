@@ -203,3 +203,34 @@ def test_a_finding_seen_only_by_the_llm_call_redactor_still_makes_a_redacted_cop
     (redacted,) = EventRedactor(RedactionEngine(), tokenizers=registry).redact_events([event])
     assert redacted is not event
     assert CARD not in redacted.model_dump_json() and "<CREDIT_CARD_1>" in redacted.model_dump_json()
+
+
+def test_a_finding_only_in_an_identifier_keeps_every_token_id() -> None:
+    """The dump leaves token ids out; when only an identifier changes (no text did), the copy gets them all back."""
+    step = _llm_step("where is order ORD-2026-1?")
+    step.choices[0].message.tool_calls[0].function.arguments = "{}"  # type: ignore[union-attr, index]
+    step.model = f"model-of-{EMAIL}"
+    (out,) = EventRedactor(RedactionEngine()).redact_events([StepAppended(trajectory_id="t_ids", step=step)])
+    assert EMAIL not in out.model_dump_json() and out.step.model != step.model
+    assert out.step.prompt_token_ids == [5, 6, 7]
+    assert out.step.choices[0].completion_token_ids == [1, 2, 3] and out.step.choices[0].logprobs == [-0.1, -0.2, -0.3]
+    assert "token_ids_dropped" not in out.step.metadata
+
+
+def test_changed_text_without_a_tokenizer_drops_the_ids_and_leaves_the_callers_event_whole() -> None:
+    step = _llm_step(f"mail {EMAIL}")
+    event = StepAppended(trajectory_id="t_drop", step=step)
+    (out,) = EventRedactor(RedactionEngine()).redact_events([event])
+    assert out.step.prompt_token_ids is None and out.step.choices[0].completion_token_ids is None
+    assert out.step.choices[0].logprobs is None and out.step.metadata["token_ids_dropped"] == "redaction"
+    assert step.prompt_token_ids == [5, 6, 7] and step.choices[0].completion_token_ids == [1, 2, 3]
+    assert step.choices[0].logprobs == [-0.1, -0.2, -0.3] and "token_ids_dropped" not in step.metadata
+
+
+def test_an_end_without_metadata_passes_as_it_came_and_one_with_metadata_is_redacted() -> None:
+    redactor = EventRedactor(RedactionEngine())
+    bare = TrajectoryEnded(trajectory_id="t_end", status=TrajectoryStatus.failed)
+    noted = TrajectoryEnded(trajectory_id="t_end", status=TrajectoryStatus.failed, metadata={"by": EMAIL})
+    out_bare, out_noted = redactor.redact_events([bare, noted])
+    assert out_bare is bare
+    assert out_noted.metadata == {"by": "<EMAIL_1>"} and out_noted.status == TrajectoryStatus.failed

@@ -30,6 +30,22 @@ def _words(text: str) -> list[str]:
     return [w + " " for w in text.split()] or ["ok"]
 
 
+_MALFORMED_REPLIES = {
+    "malformed-utf8": b'{"id":"x","choices":[{"index":0,"message":{"role":"assistant","content":"caf\xe9"}}]}',
+    "malformed-no-choices": b'{"id":"x","object":"chat.completion"}',
+    "malformed-null-choices": b'{"id":"x","choices":null}',
+    "malformed-trailing": b'{"id":"x","choices":[]} and more',
+    "malformed-array": b'[{"choices":[]}]',
+    "malformed-nan": b'{"id":"x","usage":{"total_tokens":NaN},"choices":[]}',
+}
+"""Replies no chat client can use (model name -> bytes sent with 200)."""
+UNICODE_CHOICE = {
+    "index": 0,
+    "message": {"role": "assistant", "content": "Grüße aus München — 東京 ✓"},
+    "finish_reason": "stop",
+}
+
+
 class MockUpstream:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
@@ -83,6 +99,11 @@ class MockUpstream:
             )
         if model == "malformed":
             return web.Response(text="this is not json", content_type="application/json")
+        if model in _MALFORMED_REPLIES:
+            return web.Response(body=_MALFORMED_REPLIES[model], content_type="application/json")
+        if model == "unicode-reply":
+            reply = {"id": "chatcmpl-u", "object": "chat.completion", "model": model, "choices": [UNICODE_CHOICE]}
+            return web.Response(body=json.dumps(reply, ensure_ascii=False).encode(), content_type="application/json")
         if model == "slow":
             await asyncio.sleep(5)
         want_ids, want_lps = bool(body.get("return_token_ids")), bool(body.get("logprobs"))

@@ -4,6 +4,7 @@ hooks. On SQLite (the store is not the subject; tests/proxy/test_capture.py cove
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import time
 from typing import Any
@@ -347,3 +348,46 @@ def test_writer_in_a_thread_captures_the_same(proxy_factory: Any, sqlite_store: 
     t = sqlite_store.get_trajectory(session["id"])
     assert t.status == TrajectoryStatus.completed and len(t.llm_calls()) == 1
     assert httpx.get(f"{proxy.url}/v1/proxy/status").json()["writer_mode"] == "thread"
+
+
+MALFORMED = (
+    "malformed-utf8",
+    "malformed-no-choices",
+    "malformed-null-choices",
+    "malformed-trailing",
+    "malformed-array",
+    "malformed-nan",
+)
+
+
+def test_every_unusable_reply_is_a_502_and_a_failed_step(proxy_factory: Any, sqlite_store: Store) -> None:
+    """The hot path checks a passed-through reply's shape without parsing it: the verdict must stay that of a parse
+    (invalid UTF-8 inside a string, trailing bytes, NaN, no `choices` array: all refused), never a 200."""
+    proxy = proxy_factory(sqlite_store)
+    session = new_session(proxy)
+    for model in MALFORMED:
+        r = httpx.post(f"{proxy.url}/v1/chat/completions", json={**CHAT, "model": model}, headers=_auth(session))
+        _error(r, 502, "upstream_malformed_reply")
+    proxy.flush()
+    steps = sqlite_store.get_trajectory(session["id"]).steps
+    assert [(s.status, s.error.type) for s in steps] == [(StepStatus.error, "upstream_malformed_reply")] * len(
+        MALFORMED
+    )
+
+
+def test_a_reply_in_utf8_passes_byte_for_byte_and_is_captured(proxy_factory: Any, sqlite_store: Store) -> None:
+    from tests.proxy.mock_upstream import UNICODE_CHOICE
+
+    proxy = proxy_factory(sqlite_store)
+    r = httpx.post(f"{proxy.url}/v1/chat/completions", json={**CHAT, "model": "unicode-reply"})
+    assert r.status_code == 200
+    assert (
+        r.content
+        == json.dumps(
+            {"id": "chatcmpl-u", "object": "chat.completion", "model": "unicode-reply", "choices": [UNICODE_CHOICE]},
+            ensure_ascii=False,
+        ).encode()
+    )
+    proxy.flush()
+    (step,) = sqlite_store.get_trajectory(r.headers["x-evolvable-trajectory-id"]).steps
+    assert step.status == StepStatus.ok and step.choices[0].message.content == UNICODE_CHOICE["message"]["content"]

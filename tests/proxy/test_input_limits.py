@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from tests.proxy.conftest import ProxyServer, new_session
 
@@ -159,3 +160,25 @@ def test_limit_helpers() -> None:
     check_storable({"a": [1.0, 2]})
     with pytest.raises(InvalidInput, match=r"body\.a\[1\]"):
         check_storable({"a": [1.0, float("nan")]})
+
+
+def test_the_depth_check_skips_the_walk_only_when_the_text_cannot_nest_deep_enough() -> None:
+    """With the body's text, a body with at most 64 `{`/`[` passes without a walk; any other is walked, so what is
+    too deep is refused whether or not the text came along (braces inside strings only ever add to the count)."""
+    for depth in (63, 64, 65, 200):
+        body = {"messages": [{"role": "user", "content": "x"}], "metadata": _nested(depth - 1)}
+        raw = orjson.dumps(body)
+        walked_refuses = _refuses(lambda b=body: check_depth(b))
+        assert _refuses(lambda b=body, r=raw: check_depth(b, raw=r)) == walked_refuses == (depth > 64)
+    shallow_but_braced = {"content": "{[" * 100, "tools": [{"a": {"b": 1}}]}
+    check_depth(shallow_but_braced, raw=orjson.dumps(shallow_but_braced))  # counted past 64: walked, and fine
+    wide = {"messages": [{"role": "user", "content": str(i)} for i in range(500)]}
+    check_depth(wide, raw=orjson.dumps(wide))
+
+
+def _refuses(check: Any) -> bool:
+    try:
+        check()
+    except InvalidInput:
+        return True
+    return False

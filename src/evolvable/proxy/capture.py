@@ -13,8 +13,10 @@ import hashlib
 import logging
 from collections import OrderedDict
 from datetime import UTC, datetime
+from operator import itemgetter
 from typing import Any
 
+import msgspec
 import orjson
 from pydantic import TypeAdapter, ValidationError
 
@@ -52,6 +54,9 @@ TOKEN_FIELDS = ("return_token_ids", "logprobs")
 """Request fields the proxy adds for token capture (vLLM names)."""
 _NOT_SAMPLING = {"model", "messages", "prompt", "tools", "stream", "stream_options", "user"}
 _STEP_ADAPTER: TypeAdapter[Step] = TypeAdapter(Step)
+_MESSAGES_ADAPTER: TypeAdapter[list[ChatMessage]] = TypeAdapter(list[ChatMessage])
+_LOGPROB = itemgetter("logprob")
+_IS_FLOAT = float.__instancecheck__
 
 
 def llm_step_id(request_id: str) -> str:
@@ -84,6 +89,29 @@ def strip_token_fields(reply: dict[str, Any], keep_token_ids: bool, keep_logprob
             choice.pop("prompt_token_ids", None)
         if not keep_logprobs and "logprobs" in choice:
             choice["logprobs"] = None
+
+
+class _ReplyShape(msgspec.Struct):
+    """All the request path needs to know of a reply it passes on as it came: a JSON object with a `choices` array
+    (anything else is answered 502, never recorded as a call that succeeded)."""
+
+    choices: list[msgspec.Raw]
+
+
+_REPLY_SHAPE = msgspec.json.Decoder(_ReplyShape)
+
+
+def check_reply_shape(raw: bytes) -> None:
+    """Raise ValueError unless `raw` is UTF-8 JSON for an object with a `choices` array. The JSON is validated
+    without being built: a fifth of the CPU of parsing it for a reply that carries token ids and logprobs
+    (docs/PERFORMANCE.md, session 8). The verdict is that of parsing it, except that a reply naming `choices` twice
+    needs an array in each."""
+    try:
+        _REPLY_SHAPE.decode(raw)
+        if not raw.isascii():
+            raw.decode("utf-8")  # (msgspec does not check the bytes of strings it skips)
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as err:  # (ValidationError is a DecodeError)
+        raise ValueError(f"not a chat reply: {err}") from None
 
 
 _TOKEN_MARKERS = (b"token_ids", b'"logprobs":{', b'"logprobs": {', b"prompt_logprobs")
@@ -139,8 +167,15 @@ def _token_logprobs(logprobs: Any) -> list[float] | None:
     """Sampled-token logprobs from chat (`content[j].logprob`) or legacy completions (`token_logprobs`)."""
     if not isinstance(logprobs, dict):
         return None
-    if isinstance(logprobs.get("content"), list):
-        return [float(e.get("logprob", 0.0)) for e in logprobs["content"] if isinstance(e, dict)]
+    content = logprobs.get("content")
+    if isinstance(content, list):
+        try:  # the usual shape, every entry a dict with a float: one pass in C, no call per token
+            values = list(map(_LOGPROB, content))
+            if all(map(_IS_FLOAT, values)):
+                return values
+        except (KeyError, TypeError):
+            pass
+        return [float(e.get("logprob", 0.0)) for e in content if isinstance(e, dict)]
     if isinstance(logprobs.get("token_logprobs"), list):
         return [float(x) if x is not None else 0.0 for x in logprobs["token_logprobs"]]
     return None
@@ -289,6 +324,22 @@ def _choice(raw: dict[str, Any]) -> CompletionChoice:
     )
 
 
+def _request_messages(raw: Any) -> tuple[list[ChatMessage], int]:
+    """The request's messages as models, and how many could not be (a provider-specific role, ...): those are
+    left out, the call is kept. All at once first (one validator call), one by one only when one is bad."""
+    try:
+        return _MESSAGES_ADAPTER.validate_python(raw), 0
+    except ValidationError:
+        pass
+    messages, unparsed = [], 0
+    for m in raw:
+        try:
+            messages.append(ChatMessage.model_validate(m))
+        except ValidationError:
+            unparsed += 1
+    return messages, unparsed
+
+
 def build_llm_step(rec: CallRecord) -> LLMCallStep:
     """The llm_call step for one call record. Robust to malformed replies: they become error steps.
 
@@ -319,12 +370,7 @@ def build_llm_step(rec: CallRecord) -> LLMCallStep:
         "metadata": metadata,
     }
     if endpoint == "chat":
-        messages, unparsed = [], 0
-        for m in req.get("messages") or ():
-            try:
-                messages.append(ChatMessage.model_validate(m))
-            except ValidationError:  # e.g. a provider-specific role: keep the call, count what was left out
-                unparsed += 1
+        messages, unparsed = _request_messages(req.get("messages") or [])
         fields["request_messages"] = messages
         if unparsed:
             metadata["unparsed_messages"] = unparsed

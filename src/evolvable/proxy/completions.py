@@ -32,7 +32,13 @@ from evolvable.errors import (
 )
 from evolvable.http_errors import openai_error_body, openai_shape
 from evolvable.protocol.models import HandoffStep
-from evolvable.proxy.capture import SSEStripper, has_token_fields, llm_step_id, strip_token_fields
+from evolvable.proxy.capture import (
+    SSEStripper,
+    check_reply_shape,
+    has_token_fields,
+    llm_step_id,
+    strip_token_fields,
+)
 from evolvable.proxy.config import UpstreamConfig
 from evolvable.proxy.hooks import Principal, Role, SessionContext
 from evolvable.proxy.limits import BodyTooLarge, ClientGone, InvalidInput, check_completion_body, read_body
@@ -286,7 +292,7 @@ class CompletionsEndpoint:
         elif "prompt" not in body:
             raise InvalidRequest("'prompt' is required", code="missing_prompt")
         try:
-            check_completion_body(body, endpoint)
+            check_completion_body(body, endpoint, raw)
         except InvalidInput as err:
             raise InvalidRequest(str(err), code="invalid_field") from None
         return body
@@ -429,13 +435,18 @@ class CompletionsEndpoint:
             out = openai_error_body(f"upstream failed while sending its reply: {read_error!r}", "upstream_error", etype)
             record.error = {"type": etype, "message": repr(read_error), "status": status}
         elif status == 200:
+            stripping = native is None and exchange.strips_token_fields and has_token_fields(raw)
+            reply: Any = None
             try:
-                reply = orjson.loads(raw)
-                if native is not None and isinstance(reply, dict):  # recorded in chat form; the client gets `raw`
-                    reply = native.normaliser.chat_reply(reply)
-                if not isinstance(reply, dict) or not isinstance(reply.get("choices"), list):
-                    raise ValueError("no choices")
-            except (orjson.JSONDecodeError, ValueError):
+                if native is None and not stripping:
+                    check_reply_shape(raw)  # recorded as the bytes that came, passed on as they came: no parse
+                else:
+                    reply = orjson.loads(raw)
+                    if native is not None and isinstance(reply, dict):  # recorded in chat form; the client gets `raw`
+                        reply = native.normaliser.chat_reply(reply)
+                    if not isinstance(reply, dict) or not isinstance(reply.get("choices"), list):
+                        raise ValueError("no choices")
+            except ValueError:  # (orjson.JSONDecodeError is one)
                 status = 502
                 out = openai_error_body(
                     "upstream returned a malformed reply", "upstream_error", "upstream_malformed_reply"
@@ -448,10 +459,9 @@ class CompletionsEndpoint:
             else:
                 # The bytes as they came (no re-serialization); a native reply in the chat form it amounts to.
                 record.reply = msgspec.Raw(raw) if native is None else reply
-                if exchange.strips_token_fields and has_token_fields(raw):
-                    shown = orjson.loads(raw)
-                    strip_token_fields(shown, exchange.keep_ids, exchange.keep_lps)
-                    out = orjson.dumps(shown)
+                if stripping:  # `reply` is a parsed copy: the record keeps the token fields, the client does not
+                    strip_token_fields(reply, exchange.keep_ids, exchange.keep_lps)
+                    out = orjson.dumps(reply)
         else:
             out = _error_payload(raw, status)
             record.error = {

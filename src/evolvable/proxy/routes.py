@@ -143,7 +143,7 @@ async def _parse(request: Request, model: type[BaseModel]) -> Any:
     except orjson.JSONDecodeError as err:
         raise InvalidRequest(f"request body is not valid JSON: {err}", code="invalid_json") from None
     try:
-        check_depth(data)
+        check_depth(data, raw=raw)
         parsed = model.model_validate(data)
         check_storable(parsed)
     except ValidationError as err:
@@ -234,7 +234,7 @@ async def add_steps(session_id: str, request: Request) -> Response:
     except orjson.JSONDecodeError as err:
         raise InvalidRequest(f"request body is not valid JSON: {err}", code="invalid_json") from None
     try:
-        check_depth(data)
+        check_depth(data, raw=raw)
     except InvalidInput as err:
         raise InvalidRequest(f"invalid step: {err}") from None
     items = data.get("steps") if isinstance(data, dict) and "steps" in data else [data]

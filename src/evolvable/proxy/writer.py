@@ -23,6 +23,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,6 +119,8 @@ class BackgroundWriter:
         self.converter = Converter()
         self.deadletter = DeadLetter(reader.directory, max_age_s=deadletter_max_age_s)
         self.poison_retry_delays_s: tuple[float, ...] = (0.05, 0.5)
+        self.pause_gc = False
+        """Keep the cyclic GC off while a batch is applied (set in the forked writer process, see `_batch_gc`)."""
 
     def drain(self) -> int:
         """Apply everything now in the spool, synchronously (startup recovery, tests, CLI)."""
@@ -134,7 +137,8 @@ class BackgroundWriter:
         while True:
             try:
                 self.deadletter.expire_due()
-                n = self.cycle()
+                with _batch_gc(self.pause_gc):
+                    n = self.cycle()
                 backoff = 0.05
                 self.stats.failed(None)
             except Exception as err:  # keep the data in the spool; retry
@@ -242,6 +246,23 @@ class BackgroundWriter:
                 self.sessions.record_versions(rec.trajectory_id, rec.harness_version, rec.policy_version)
         for status, ids in ended.items():
             self.sessions.mark_ended(ids, status, utcnow())
+
+
+@contextlib.contextmanager
+def _batch_gc(pause: bool) -> Iterator[None]:
+    """The cyclic GC off for one batch, when `pause`. A batch holds thousands of new containers (decoded records,
+    events, rows) until it is applied: each young collection traversed all that were still alive, for 10-30% of
+    the writer's CPU per call (docs/PERFORMANCE.md, session 8). None of them is part of a cycle, so reference
+    counting frees the batch at its end either way; what cyclic garbage a batch makes waits for the next
+    collection after it. Process-wide: only the forked writer, which serves nothing else, sets it."""
+    if not pause or not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def _versions_named(rec: AnyRecord) -> list[Event]:
@@ -358,6 +379,7 @@ def _child_main(writer: BackgroundWriter, stop: Any, parent_pid: int, close_fds:
     # whose full collections traversed all of it (~140 ms of CPU each, several per minute under load;
     # docs/PERFORMANCE.md). Freezing only relinks the GC's lists: no object, so no shared page, is touched.
     gc.freeze()
+    writer.pause_gc = True
     for fd in close_fds:  # e.g. the spool directory lock: it must die with the proxy, not with us
         with contextlib.suppress(OSError):
             os.close(fd)
