@@ -66,7 +66,7 @@ def _stored(store: Any, trajectory_id: str) -> bool:
 
 
 def test_the_forked_writer_applies_batches_with_the_gc_off_and_turns_it_on_between(tmp_path: Path) -> None:
-    """Young collections over a batch's live containers cost the writer 10-30% of its CPU: it pauses the GC for
+    """Young collections over a batch's live containers cost the writer 5-12% of its CPU: it pauses the GC for
     the batch in its own process only (never in thread mode, where the GC is the serving process's)."""
     import orjson
 

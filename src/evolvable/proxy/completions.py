@@ -37,7 +37,7 @@ from evolvable.proxy.capture import (
     check_reply_shape,
     has_token_fields,
     llm_step_id,
-    strip_token_fields,
+    stripped_reply,
 )
 from evolvable.proxy.config import UpstreamConfig
 from evolvable.proxy.hooks import Principal, Role, SessionContext
@@ -438,11 +438,13 @@ class CompletionsEndpoint:
             stripping = native is None and exchange.strips_token_fields and has_token_fields(raw)
             reply: Any = None
             try:
-                if native is None and not stripping:
+                if stripping:  # recorded as the bytes that came; the client's copy without what it did not ask for
+                    out = stripped_reply(raw, exchange.keep_ids, exchange.keep_lps)
+                elif native is None:
                     check_reply_shape(raw)  # recorded as the bytes that came, passed on as they came: no parse
                 else:
                     reply = orjson.loads(raw)
-                    if native is not None and isinstance(reply, dict):  # recorded in chat form; the client gets `raw`
+                    if isinstance(reply, dict):  # recorded in chat form; the client gets `raw`
                         reply = native.normaliser.chat_reply(reply)
                     if not isinstance(reply, dict) or not isinstance(reply.get("choices"), list):
                         raise ValueError("no choices")
@@ -459,9 +461,6 @@ class CompletionsEndpoint:
             else:
                 # The bytes as they came (no re-serialization); a native reply in the chat form it amounts to.
                 record.reply = msgspec.Raw(raw) if native is None else reply
-                if stripping:  # `reply` is a parsed copy: the record keeps the token fields, the client does not
-                    strip_token_fields(reply, exchange.keep_ids, exchange.keep_lps)
-                    out = orjson.dumps(reply)
         else:
             out = _error_payload(raw, status)
             record.error = {

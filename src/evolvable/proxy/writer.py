@@ -251,10 +251,10 @@ class BackgroundWriter:
 @contextlib.contextmanager
 def _batch_gc(pause: bool) -> Iterator[None]:
     """The cyclic GC off for one batch, when `pause`. A batch holds thousands of new containers (decoded records,
-    events, rows) until it is applied: each young collection traversed all that were still alive, for 10-30% of
-    the writer's CPU per call (docs/PERFORMANCE.md, session 8). None of them is part of a cycle, so reference
-    counting frees the batch at its end either way; what cyclic garbage a batch makes waits for the next
-    collection after it. Process-wide: only the forked writer, which serves nothing else, sets it."""
+    events, rows) until it is applied: each young collection traversed all that were still alive, 5-12% of the
+    writer's CPU per call (`benchmarks/writer_gc.py`). None of them is part of a cycle, so reference counting
+    frees the batch at its end either way; what cyclic garbage a batch makes waits for the next collection
+    after it. Process-wide: only the forked writer, which serves nothing else, sets it."""
     if not pause or not gc.isenabled():
         yield
         return
