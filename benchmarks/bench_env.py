@@ -186,3 +186,15 @@ def serve_command(upstream: str, port: int, db: Path, spool: Path, config: Path 
     command = [str(Path(sys.executable).parent / "evolvable"), "serve", "--upstream", upstream, "--port", str(port)]
     command += ["--db", f"sqlite:///{db}", "--spool-dir", str(spool)]
     return command + (["--config", str(config)] if config else [])
+
+
+def write_results(out: Path, benchmark: str, load: Any, **fields: Any) -> None:
+    """A run's JSON: the benchmark, when (UTC), the machine and its load during the run, then `fields`."""
+    payload = {
+        "benchmark": benchmark,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "environment": environment(load),
+        **fields,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(payload, indent=2) + "\n")

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_env import LoadMonitor, describe, environment
+from bench_env import LoadMonitor, describe, write_results
 
 RESULTS = Path(__file__).parent / "results" / "capture_cpu.json"
 MESSAGES = [
@@ -300,22 +300,15 @@ def main() -> None:
             ratio = f"   x{base / cur:.2f} less" if cur else ""
         print(f"{stage:44}{row}{ratio}")
     print(describe(load))
-    args.results.parent.mkdir(parents=True, exist_ok=True)
-    args.results.write_text(
-        json.dumps(
-            {
-                "benchmark": "capture_cpu",
-                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                "environment": environment(load),
-                "baseline": args.baseline_label if args.baseline_src else None,
-                "tokens_per_reply": args.tokens,
-                "gc": args.gc,
-                "best": best,
-                "runs": runs,
-            },
-            indent=2,
-        )
-        + "\n"
+    write_results(
+        args.results,
+        "capture_cpu",
+        load,
+        baseline=args.baseline_label if args.baseline_src else None,
+        tokens_per_reply=args.tokens,
+        gc=args.gc,
+        best=best,
+        runs=runs,
     )
 
 

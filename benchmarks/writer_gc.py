@@ -23,7 +23,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from bench_env import LoadMonitor, describe, environment
+from bench_env import LoadMonitor, describe, write_results
 from capture_cpu import frame_calls, reply_bytes
 
 RESULTS = Path(__file__).parent / "results" / "writer_gc.json"
@@ -87,21 +87,14 @@ def main() -> None:
     print(f"{'batches of ' + str(BATCH):44}" + "".join(f"{best[m]:>22.1f}" for m in MODES))
     print(f"paused / on: x{best[MODES[0]] / best[MODES[1]]:.2f} less")
     print(describe(load))
-    args.results.parent.mkdir(parents=True, exist_ok=True)
-    args.results.write_text(
-        json.dumps(
-            {
-                "benchmark": "writer_gc",
-                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                "environment": environment(load),
-                "tokens_per_reply": args.tokens,
-                "one_call": not args.sessions,
-                "best_us_per_call": best,
-                "runs": runs,
-            },
-            indent=2,
-        )
-        + "\n"
+    write_results(
+        args.results,
+        "writer_gc",
+        load,
+        tokens_per_reply=args.tokens,
+        one_call=not args.sessions,
+        best_us_per_call=best,
+        runs=runs,
     )
 
 
