@@ -106,54 +106,44 @@ def check_reply_shape(raw: bytes) -> None:
     without being built: a fifth of the CPU of parsing it for a reply that carries token ids and logprobs
     (docs/PERFORMANCE.md, session 8). The verdict is that of parsing it, except that a reply naming `choices` twice
     needs an array in each."""
+    _decoded(_REPLY_SHAPE, raw)
+
+
+def _decoded(decoder: msgspec.json.Decoder[Any], raw: bytes) -> Any:
+    """`raw` decoded as a reply, or ValueError: malformed JSON, the wrong shape, or bytes that are not UTF-8."""
     try:
-        _REPLY_SHAPE.decode(raw)
+        value = decoder.decode(raw)
         if not raw.isascii():
             raw.decode("utf-8")  # (msgspec does not check the bytes of strings it skips)
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as err:  # (ValidationError is a DecodeError)
         raise ValueError(f"not a chat reply: {err}") from None
+    return value
 
 
-_RAW_FIELDS = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_RAW_FIELDS: msgspec.json.Decoder[dict[str, Any]] = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _RAW_ITEMS = msgspec.json.Decoder(list[msgspec.Raw])
 _RAW_ENCODER = msgspec.json.Encoder()
-_RAW_NULL = msgspec.Raw(b"null")
 
 
 def stripped_reply(raw: bytes, keep_token_ids: bool, keep_logprobs: bool) -> bytes:
-    """`raw` (a chat or completions reply) as `strip_token_fields` would leave it, for the client; ValueError
-    when it is not a reply (the same verdict as `check_reply_shape`).
+    """`raw` (a chat or completions reply) as `strip_token_fields` leaves it, for the client; ValueError when it
+    is not a reply (as `check_reply_shape`, except that of a `choices` key named twice the last counts, as in a
+    parse).
 
-    Only the reply's own keys and each choice's are decoded: every other value (the token ids and logprobs it
-    drops, the message) is passed on as the bytes that came (`msgspec.Raw`), never built into Python objects.
-    That is 2.5x less CPU than parsing and re-serializing a reply with 2,000 prompt and 300 completion token
-    ids (docs/PERFORMANCE.md, session 8)."""
+    Only the reply's own keys and each choice's are decoded, and `strip_token_fields` runs on those: every other
+    value (the token ids and logprobs it drops, the message) is passed on as the bytes that came (`msgspec.Raw`),
+    never built into Python objects. That is 2.5x less CPU than parsing and re-serializing a reply with 2,000
+    prompt and 300 completion token ids (docs/PERFORMANCE.md, session 8)."""
+    reply = _decoded(_RAW_FIELDS, raw)
+    if "choices" not in reply:
+        raise ValueError("not a chat reply: no choices")
     try:
-        fields = _RAW_FIELDS.decode(raw)
-        choices = _RAW_ITEMS.decode(fields["choices"])
-        if not raw.isascii():
-            raw.decode("utf-8")  # (msgspec does not check the bytes of strings it skips)
-    except (msgspec.DecodeError, KeyError, UnicodeDecodeError, RecursionError) as err:
+        choices = _RAW_ITEMS.decode(reply["choices"])
+    except msgspec.DecodeError as err:
         raise ValueError(f"not a chat reply: {err}") from None
-    if not keep_token_ids:
-        fields.pop("prompt_token_ids", None)
-        fields.pop("prompt_logprobs", None)
-    fields["choices"] = msgspec.Raw(
-        _RAW_ENCODER.encode([_stripped_choice(c, keep_token_ids, keep_logprobs) for c in choices])
-    )
-    return _RAW_ENCODER.encode(fields)
-
-
-def _stripped_choice(raw: msgspec.Raw, keep_token_ids: bool, keep_logprobs: bool) -> msgspec.Raw | dict[str, Any]:
-    if not bytes(raw).lstrip().startswith(b"{"):
-        return raw  # (not an object: passed on, as `strip_token_fields` leaves it)
-    choice = _RAW_FIELDS.decode(raw)
-    if not keep_token_ids:
-        choice.pop("token_ids", None)
-        choice.pop("prompt_token_ids", None)
-    if not keep_logprobs and "logprobs" in choice:
-        choice["logprobs"] = _RAW_NULL
-    return choice
+    reply["choices"] = [_RAW_FIELDS.decode(c) if bytes(c).lstrip().startswith(b"{") else c for c in choices]
+    strip_token_fields(reply, keep_token_ids, keep_logprobs)  # (a choice that is not an object is left as it came)
+    return _RAW_ENCODER.encode(reply)
 
 
 _TOKEN_MARKERS = (b"token_ids", b'"logprobs":{', b'"logprobs": {', b"prompt_logprobs")
