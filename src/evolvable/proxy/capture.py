@@ -103,7 +103,7 @@ _REPLY_SHAPE = msgspec.json.Decoder(_ReplyShape)
 
 def check_reply_shape(raw: bytes) -> None:
     """Raise ValueError unless `raw` is UTF-8 JSON for an object with a `choices` array. The JSON is validated
-    without being built: a fifth of the CPU of parsing it for a reply that carries token ids and logprobs
+    without being built, which matters most for a reply that carries token ids and logprobs
     (docs/PERFORMANCE.md, session 8). The verdict is that of parsing it, except that a reply naming `choices` twice
     needs an array in each."""
     _decoded(_REPLY_SHAPE, raw)
@@ -132,8 +132,9 @@ def stripped_reply(raw: bytes, keep_token_ids: bool, keep_logprobs: bool) -> byt
 
     Only the reply's own keys and each choice's are decoded, and `strip_token_fields` runs on those: every other
     value (the token ids and logprobs it drops, the message) is passed on as the bytes that came (`msgspec.Raw`),
-    never built into Python objects. That is 2.5x less CPU than parsing and re-serializing a reply with 2,000
-    prompt and 300 completion token ids (docs/PERFORMANCE.md, session 8)."""
+    never built into Python objects. With 2,000 prompt and 300 completion token ids per reply the request path
+    took 2.8x less CPU per call than parsing it to check it and again to strip it (`capture_cpu.py --tokens`,
+    docs/PERFORMANCE.md, session 8)."""
     reply = _decoded(_RAW_FIELDS, raw)
     if "choices" not in reply:
         raise ValueError("not a chat reply: no choices")
