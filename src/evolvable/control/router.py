@@ -186,6 +186,10 @@ class HarnessRouter:
 
     def prepare(self, ctx: SessionContext, body: dict[str, Any]) -> RewriteResult:
         agent = ctx.agent or "default"
+        if not ctx.metadata and (ctx.tenant_id, agent) not in self.versions.agents and self._thread is not None:
+            # No version of this agent is served and no replay pinned one: the call goes as it came. (Most
+            # calls of a proxy in front of agents not yet evolved; the general path below gives the same.)
+            return RewriteResult(body=body)
         session_id = ctx.session_id
         assignment = self.assign(agent, session_id, ctx.tenant_id)
         replay = self._replay_harness(agent, ctx.metadata, ctx.tenant_id)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from collections import OrderedDict
 from datetime import UTC, datetime
 from operator import itemgetter
@@ -147,12 +148,13 @@ def stripped_reply(raw: bytes, keep_token_ids: bool, keep_logprobs: bool) -> byt
     return _RAW_ENCODER.encode(reply)
 
 
-_TOKEN_MARKERS = (b"token_ids", b'"logprobs":{', b'"logprobs": {', b"prompt_logprobs")
+_TOKEN_MARKERS = re.compile(rb'token_ids|"logprobs": ?\{|prompt_logprobs')
 
 
 def has_token_fields(raw: bytes) -> bool:
-    """Cheap pre-check: can this reply (or these SSE events) hold fields to strip? Saves a parse when not."""
-    return any(marker in raw for marker in _TOKEN_MARKERS)
+    """Cheap pre-check: can this reply (or these SSE events) hold fields to strip? Saves a parse when not.
+    (One scan in C, instead of one per marker.)"""
+    return _TOKEN_MARKERS.search(raw) is not None
 
 
 class SSEStripper:

@@ -9,7 +9,6 @@ database I/O and no stream assembly happen here; the background writer does that
 from __future__ import annotations
 
 import asyncio
-import inspect
 import itertools
 import logging
 import os
@@ -40,7 +39,7 @@ from evolvable.proxy.capture import (
     stripped_reply,
 )
 from evolvable.proxy.config import UpstreamConfig
-from evolvable.proxy.hooks import Principal, Role, SessionContext
+from evolvable.proxy.hooks import Principal, RewriteResult, Role, SessionContext
 from evolvable.proxy.limits import BodyTooLarge, ClientGone, InvalidInput, check_completion_body, read_body
 from evolvable.proxy.metrics import UPSTREAM_SCOPE_KEY
 from evolvable.proxy.records import CallRecord
@@ -321,7 +320,7 @@ class CompletionsEndpoint:
                 else SessionContext(principal.tenant_id, agent, trajectory_id, None, endpoint, end_user=end_user)
             )
             result = rt.rewriter.prepare(ctx, body)
-            if inspect.isawaitable(result):
+            if not isinstance(result, RewriteResult):  # an async rewriter (a type check costs less than isawaitable)
                 result = await result
             body = result.body
             sub_agent = session is not None and agent != session.agent

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from evolvable.proxy.records import CallRecord, CaptureRecord
@@ -52,18 +53,18 @@ def _route_of(scope: dict[str, Any]) -> str:
     return "/ui" if path.startswith("/ui") else "unmatched"
 
 
-_request_series: dict[tuple[str, str, str, str], tuple[Any, Any, Any]] = {}
+_request_series: dict[tuple[str, str, int, str], tuple[Any, Any, Any]] = {}
 _upstream_series: dict[str, tuple[Any, Any]] = {}
 
 
-def _series_for(route: str, protocol: str, status: str, upstream: str) -> tuple[Any, Any, Any]:
-    """The labelled children of one request kind, looked up once (`labels()` costs as much as `observe()`).
-    Keys are bounded: route templates x statuses x upstreams."""
+def _series_for(route: str, protocol: str, status: int, upstream: str) -> tuple[Any, Any, Any]:
+    """The labelled children of one request kind, looked up once (a `labels()` call costs more than the
+    observation). Keys are bounded: route templates x statuses x upstreams."""
     key = (route, protocol, status, upstream)
     found = _request_series.get(key)
     if found is None:
         found = _request_series[key] = (
-            metrics.PROXY_REQUESTS.labels(route, protocol, status, upstream),
+            metrics.PROXY_REQUESTS.labels(route, protocol, str(status), upstream),
             metrics.PROXY_LATENCY.labels(route, protocol),
             metrics.PROXY_OVERHEAD.labels(route, protocol),
         )
@@ -75,20 +76,21 @@ async def observed(app: ASGIApp, scope: dict[str, Any], receive: Receive, send: 
     started = time.perf_counter()
     seen: list[Any] = [0, None]  # status, overhead header
 
-    async def watching_send(message: Any) -> None:
+    def watching_send(message: Any) -> Awaitable[None]:
+        # A plain function handing back `send`'s awaitable: no coroutine of its own per message.
         if message["type"] == "http.response.start":
             seen[0] = message["status"]
             for name, value in message.get("headers", ()):
                 if name == b"x-evolvable-overhead-ms":
                     seen[1] = value
-        await send(message)
+        return send(message)
 
     try:
         await app(scope, receive, watching_send)
     finally:
         path = scope.get("path", "")
         requests, latency, overhead = _series_for(
-            _route_of(scope), protocol_of(path), str(seen[0] or 500), scope.get(UPSTREAM_SCOPE_KEY, "")
+            _route_of(scope), protocol_of(path), seen[0] or 500, scope.get(UPSTREAM_SCOPE_KEY, "")
         )
         requests.inc()
         latency.observe(time.perf_counter() - started)

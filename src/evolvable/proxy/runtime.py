@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import inspect
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -95,9 +94,9 @@ class ProxyRuntime:
 
     async def authenticate(self, bearer: str | None) -> Principal | None:
         result = self.authenticator.authenticate(bearer)
-        if inspect.isawaitable(result):
-            result = await result
-        return result
+        if result is None or isinstance(result, Principal):  # a type check costs less than isawaitable
+            return result
+        return await result
 
     async def minting_key_active(self, session: Session) -> bool:
         """Whether the API key that created `session` is still valid (a session key dies with it).

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.registry import Collector
 
+from evolvable.telemetry.tallies import TallyCounter, TallyHistogram
+
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
@@ -35,39 +37,41 @@ _OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
 
 PROXY_REGISTRY = CollectorRegistry(auto_describe=True)
 
-PROXY_REQUESTS = Counter(
+# Observed on every request: tallies (`telemetry.tallies`), the same exposition as Counter/Histogram at a
+# tenth of the cost on the serving thread.
+PROXY_REQUESTS = TallyCounter(
     "evolvable_proxy_requests",
     "HTTP requests the proxy answered, by route template, wire protocol, status and upstream.",
     ["route", "protocol", "status", "upstream"],
-    registry=PROXY_REGISTRY,
+    PROXY_REGISTRY,
 )
-PROXY_LATENCY = Histogram(
+PROXY_LATENCY = TallyHistogram(
     "evolvable_proxy_request_duration_seconds",
     "Time from request start to the last byte of the reply (upstream time included).",
     ["route", "protocol"],
+    PROXY_REGISTRY,
     buckets=_LATENCY_BUCKETS,
-    registry=PROXY_REGISTRY,
 )
-PROXY_OVERHEAD = Histogram(
+PROXY_OVERHEAD = TallyHistogram(
     "evolvable_proxy_overhead_seconds",
     "Time the proxy itself added to a request (its x-evolvable-overhead-ms header).",
     ["route", "protocol"],
+    PROXY_REGISTRY,
     buckets=_OVERHEAD_BUCKETS,
-    registry=PROXY_REGISTRY,
 )
-TIME_TO_FIRST_TOKEN = Histogram(
+TIME_TO_FIRST_TOKEN = TallyHistogram(
     "evolvable_proxy_time_to_first_token_seconds",
     "Streaming calls: time from sending the request upstream to its first chunk.",
     ["upstream"],
+    PROXY_REGISTRY,
     buckets=_LATENCY_BUCKETS,
-    registry=PROXY_REGISTRY,
 )
-UPSTREAM_LATENCY = Histogram(
+UPSTREAM_LATENCY = TallyHistogram(
     "evolvable_proxy_upstream_duration_seconds",
     "Time the upstream took to answer a completion call.",
     ["upstream"],
+    PROXY_REGISTRY,
     buckets=_LATENCY_BUCKETS,
-    registry=PROXY_REGISTRY,
 )
 SESSIONS_STARTED = Counter(
     "evolvable_proxy_sessions_started", "Sessions created through /v1/sessions.", registry=PROXY_REGISTRY
