@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import re
 from collections import OrderedDict
 from datetime import UTC, datetime
 from operator import itemgetter
@@ -148,13 +147,11 @@ def stripped_reply(raw: bytes, keep_token_ids: bool, keep_logprobs: bool) -> byt
     return _RAW_ENCODER.encode(reply)
 
 
-_TOKEN_MARKERS = re.compile(rb'token_ids|"logprobs": ?\{|prompt_logprobs')
-
-
 def has_token_fields(raw: bytes) -> bool:
     """Cheap pre-check: can this reply (or these SSE events) hold fields to strip? Saves a parse when not.
-    (One scan in C, instead of one per marker.)"""
-    return _TOKEN_MARKERS.search(raw) is not None
+    (Four substring searches in C, chained: 0.75 us on a 350-byte reply, against 1.7 for a generator over the
+    markers and 2.9 for one regular expression with the four as alternatives.)"""
+    return b"token_ids" in raw or b'"logprobs":{' in raw or b'"logprobs": {' in raw or b"prompt_logprobs" in raw
 
 
 class SSEStripper:
