@@ -1,11 +1,12 @@
-"""Counters and histograms for series observed on every proxy request, at a tenth of the cost.
+"""Counters and histograms for series observed on every proxy request, at about a third of the cost.
 
-`prometheus_client`'s `Histogram.observe` takes a lock per bucket value it touches and runs its bucket
-search in Python: the proxy's four per-request series cost ~13 us per call on the serving thread, a sixth of
-Evolvable's own work per call (docs/PERFORMANCE.md, "Session 9"). A tally keeps each labelled series as
-plain numbers behind one lock, finds the bucket with `bisect` (C), and renders the same exposition at
-scrape time through `prometheus_client`'s public metric families: the same names, types, labels, buckets
-and `_created` samples as `Counter` and `Histogram`, so dashboards and alerts see no difference.
+`prometheus_client`'s `Histogram.observe` takes a lock per value it touches and runs its bucket search in
+Python: the proxy's per-request series (a counter and up to four histograms) cost ~13 us per call on the
+serving thread, about a fifth of Evolvable's own work per call; as tallies, ~4.6 us (docs/PERFORMANCE.md,
+"Session 9"). A tally keeps each labelled series as plain numbers behind one lock, finds the bucket with
+`bisect` (C), and renders the same exposition at scrape time through `prometheus_client`'s public metric
+families: the same names, types, labels, buckets and `_created` samples as `Counter` and `Histogram`, so
+dashboards and alerts see no difference.
 
 The API is the part of `prometheus_client`'s the proxy uses: `labels(*values)` once per label set, then
 `inc()` / `observe(value)`.
