@@ -51,6 +51,10 @@ class Assignment:
     policy_version: str | None
 
 
+_UNASSIGNED = Assignment(None, None)
+"""What an agent with no served version runs (frozen, so one instance serves every call)."""
+
+
 class ServedVersions:
     """Snapshot of what is served, per agent. Replaced atomically on refresh."""
 
@@ -143,8 +147,10 @@ class HarnessRouter:
         if self._thread is None:
             self.start()
         v = self.versions.agents.get((tenant, agent))
-        if v is None:
-            return Assignment(None, None)
+        return _UNASSIGNED if v is None else self._assign_served(v, agent, session_id)
+
+    def _assign_served(self, v: AgentVersions, agent: str, session_id: str | None) -> Assignment:
+        """`assign` for an agent with served versions `v`."""
         served = {r.id for r in (v.harness_active, v.harness_canary, v.policy_active, v.policy_canary) if r}
         sticky = f"{agent}\x00{session_id}"  # per agent: sub-agents of one session each get their own versions
         if session_id:
@@ -186,18 +192,17 @@ class HarnessRouter:
 
     def prepare(self, ctx: SessionContext, body: dict[str, Any]) -> RewriteResult:
         agent = ctx.agent or "default"
-        if not ctx.metadata and (ctx.tenant_id, agent) not in self.versions.agents and self._thread is not None:
-            # No version of this agent is served and no replay pinned one: the call goes as it came. (Most
-            # calls of a proxy in front of agents not yet evolved; the general path below gives the same.)
-            return RewriteResult(body=body)
-        session_id = ctx.session_id
-        assignment = self.assign(agent, session_id, ctx.tenant_id)
+        if self._thread is None:
+            self.start()
+        # One lookup of the snapshot serves the assignment and the rest: for an agent with no served version
+        # (most calls of a proxy in front of agents not yet evolved) nothing more is looked up or built.
+        v = self.versions.agents.get((ctx.tenant_id, agent))
+        assignment = _UNASSIGNED if v is None else self._assign_served(v, agent, ctx.session_id)
         replay = self._replay_harness(agent, ctx.metadata, ctx.tenant_id)
         if replay is not None:
             version, harness = replay
             new_body = self.apply_harness(harness, body, ctx) if isinstance(body.get("messages"), list) else body
             return RewriteResult(body=new_body, harness_version=version, policy_version=ctx.policy_version)
-        v = self.versions.agents.get((ctx.tenant_id, agent))
         if v is None:
             return RewriteResult(body=body)
         pinned_h, pinned_p = ctx.harness_version, ctx.policy_version

@@ -134,6 +134,7 @@ class TallyHistogram(_Tally[HistogramSeries]):
         if list(bounds) != sorted(set(bounds)) or not bounds:
             raise ValueError("buckets must be increasing and not empty")
         self.bounds = bounds
+        self._le = [_go_float(b) for b in bounds] + ["+Inf"]  # the `le` label of each bucket
         super().__init__(name, documentation, labelnames, registry)
 
     def _new_series(self) -> HistogramSeries:
@@ -141,11 +142,10 @@ class TallyHistogram(_Tally[HistogramSeries]):
 
     def _family(self, items: list[tuple[tuple[str, ...], HistogramSeries]]) -> Metric:
         family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
-        upper = [_go_float(b) for b in self.bounds] + ["+Inf"]
         for values, series in items:
             counts, total = series.snapshot()
             cumulative, running = [], 0
-            for le, count in zip(upper, counts, strict=True):
+            for le, count in zip(self._le, counts, strict=True):
                 running += count
                 cumulative.append((le, running))
             family.add_metric(list(values), cumulative, total)
