@@ -56,9 +56,7 @@ class ProxyServer:
 
     def flush(self) -> None:
         """Wait until every captured record is in the store."""
-        rt = self.runtime
-        end = rt.spool.wait_written(rt.spool.enqueued, 10)
-        assert end is not None and rt.spool.wait_applied(end, 10), "writer did not catch up"
+        assert self.runtime.wait_stored(10), "writer did not catch up"
 
 
 @pytest.fixture(scope="session")

@@ -350,6 +350,22 @@ def test_writer_in_a_thread_captures_the_same(proxy_factory: Any, sqlite_store: 
     assert httpx.get(f"{proxy.url}/v1/proxy/status").json()["writer_mode"] == "thread"
 
 
+@pytest.mark.parametrize("writer_mode", ["process", "thread"])
+def test_read_your_writes_wakes_a_writer_sleeping_between_batches(
+    proxy_factory: Any, sqlite_store: Store, writer_mode: str
+) -> None:
+    """The writer sleeps `writer_idle_s` between batches of a trickle (fewer wake-ups beside the calls). A read
+    that needs the call in the store wakes it: with an hour's sleep the call is still stored at once."""
+    proxy = proxy_factory(sqlite_store, config={"writer_mode": writer_mode, "writer_idle_s": 3600.0})
+    time.sleep(0.3)  # the writer found the spool empty and went to sleep
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="unused")
+    reply = client.chat.completions.with_raw_response.create(model="mock", messages=[{"role": "user", "content": "hi"}])
+    trajectory_id = reply.headers["x-evolvable-trajectory-id"]
+    r = httpx.get(f"{proxy.url}/v1/trajectories/{trajectory_id}", timeout=30)  # the API's read-your-writes
+    assert r.status_code == 200, r.text
+    assert len(sqlite_store.get_trajectory(trajectory_id).llm_calls()) == 1
+
+
 MALFORMED = (
     "malformed-utf8",
     "malformed-no-choices",

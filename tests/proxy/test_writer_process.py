@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from evolvable.proxy.writer import WriterRunner
+from evolvable.proxy.writer import Waker, WriterRunner
 
 
 class _ReportingWriter:
@@ -18,6 +18,7 @@ class _ReportingWriter:
         self.out = out
         self.store = self
         self.governor = None
+        self.waker = Waker()
 
     def run(self, should_stop: Any) -> None:
         self.out.write_text(json.dumps({"frozen": gc.get_freeze_count(), "tracked": len(gc.get_objects())}))

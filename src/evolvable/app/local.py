@@ -78,11 +78,7 @@ class LocalStack:
 
     def flush(self, timeout_s: float = 30.0) -> None:
         """Wait until everything the proxy captured is in the store."""
-        runtime = self.proxy.app.state.proxy
-        spool = runtime.spool
-        end = spool.wait_written(spool.enqueued, timeout_s)
-        wait_applied = getattr(spool, "wait_applied", None) or spool.wait_checkpoint  # renamed in the proxy
-        if end is None or not wait_applied(end, timeout_s):
+        if not self.proxy.app.state.proxy.wait_stored(timeout_s):
             raise EvolvableError("the proxy's writer did not catch up")
 
 

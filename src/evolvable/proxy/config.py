@@ -93,8 +93,9 @@ class ProxyConfig:
     writer_idle_s: float = 0.25
     """How long the writer lets a trickle of records gather before a batch (a backlog is applied at once).
     Each wake-up of the writer seemed to delay one or two calls by milliseconds on a machine whose cores it
-    shares: at c=1, 0.05 s gave about twice the added p99 of 0.25 s (docs/PERFORMANCE.md, Session 7). A
-    call is in the store within about this time plus the batch's own."""
+    shares: at c=1, 0.05 s gave about twice the added p99 of 0.25 s (docs/PERFORMANCE.md, Session 7); 1.0 s
+    was no better than 0.25 in steady state (Session 10). A call is in the store within about this time plus
+    the batch's own; a read that needs it sooner (the API's read-your-writes, shutdown) wakes the writer."""
     deadletter_max_age_s: float = 7 * 24 * 3600.0
     """Quarantined records (raw, unredacted) not replayed or discarded within this age are deleted, counted
     and logged by the writer."""

@@ -139,13 +139,15 @@ class ProxyRuntime:
     async def flush(self, timeout_s: float | None = None) -> bool:
         """Wait until every record queued so far is in the store (read-your-writes for the API)."""
         timeout = self.config.read_your_writes_timeout_s if timeout_s is None else timeout_s
-        target = self.spool.enqueued
+        return await asyncio.to_thread(self.wait_stored, timeout)
 
-        def wait() -> bool:
-            end = self.spool.wait_written(target, timeout)
-            return end is not None and self.spool.wait_applied(end, timeout)
-
-        return await asyncio.to_thread(wait)
+    def wait_stored(self, timeout_s: float) -> bool:
+        """`flush`, blocking: False if the records were not in the store within `timeout_s` (each wait)."""
+        end = self.spool.wait_written(self.spool.enqueued, timeout_s)
+        if end is None:
+            return False
+        self.writer.waker.wake()  # written: the writer applies it now, not after its idle sleep
+        return self.spool.wait_applied(end, timeout_s)
 
     def purge_spool(self, predicate: Callable[[dict[str, Any]], bool]) -> int:
         """Remove spooled capture records matching `predicate(record)`; blocking (call in a thread).

@@ -20,9 +20,11 @@ import gc
 import logging
 import multiprocessing
 import os
+import select
 import signal
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +41,39 @@ from evolvable.store import Store
 from evolvable.telemetry.metrics import flush_writer_snapshot
 
 log = logging.getLogger("evolvable.proxy.writer")
+
+
+class Waker:
+    """Cuts the writer's sleep short: a pipe it waits on between batches, so a reader who needs its records in
+    the store now (read-your-writes, shutdown) does not wait out `idle_s`. Made before the fork: the proxy
+    process wakes a forked writer through it as well as a thread. Request paths never call it (one syscall
+    per call); they rely on `idle_s`."""
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._read, False)
+        os.set_blocking(self._write, False)
+        weakref.finalize(self, _close_all, self._read, self._write)
+
+    def wake(self) -> None:
+        with contextlib.suppress(OSError):  # (a full pipe: a wake-up is pending anyway)
+            os.write(self._write, b"\0")
+
+    def sleep(self, seconds: float) -> None:
+        """Up to `seconds`, less when woken; pending wake-ups are consumed. (poll, not select: a busy proxy's
+        descriptors can pass select's limit of 1024.)"""
+        waiting = select.poll()
+        waiting.register(self._read, select.POLLIN)
+        if waiting.poll(seconds * 1000.0):
+            with contextlib.suppress(BlockingIOError):
+                while os.read(self._read, 512):
+                    pass
+
+
+def _close_all(*fds: int) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 @dataclass
@@ -117,6 +152,7 @@ class BackgroundWriter:
         self.stats = stats
         self.batch_size, self.idle_s = batch_size, idle_s
         self.converter = Converter()
+        self.waker = Waker()
         self.deadletter = DeadLetter(reader.directory, max_age_s=deadletter_max_age_s)
         self.poison_retry_delays_s: tuple[float, ...] = (0.05, 0.5)
         self.pause_gc = False
@@ -158,7 +194,7 @@ class BackgroundWriter:
                 flush_writer_snapshot()  # idle: the metrics of the last batches, rate-limited while busy
                 if should_stop():
                     return
-            time.sleep(idle)
+            self.waker.sleep(idle)
             if not n:
                 idle = min(idle * 1.5, 0.1)
 
@@ -350,10 +386,12 @@ class WriterRunner:
             self._supervisor = None
         if self._thread is not None:
             self._stop_thread.set()
+            self.writer.waker.wake()  # a sleeping writer looks at the stop flag now
             self._thread.join(timeout_s)
             self._thread = None
         if self._process is not None:
             self._stop_process.set()
+            self.writer.waker.wake()
             self._process.join(timeout_s)
             if self._process.is_alive():
                 log.warning("background writer did not finish in %.0fs; the rest stays spooled", timeout_s)

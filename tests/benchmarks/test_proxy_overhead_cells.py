@@ -1,0 +1,31 @@
+"""`benchmarks/proxy_overhead.py` gives no target verdict for cells too short to hold a few of the capture
+writer's wake-ups: such cells measure calls while the writer sleeps and leave its work to the drain after them."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from evolvable.proxy.config import ProxyConfig
+
+PROXY_OVERHEAD_PY = Path(__file__).resolve().parents[2] / "benchmarks" / "proxy_overhead.py"
+
+
+def _benchmark() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("benchmarks_proxy_overhead", PROXY_OVERHEAD_PY)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cells_shorter_than_a_few_writer_wake_ups_get_no_verdict() -> None:
+    bench = _benchmark()
+    shortest = bench.WRITER_WAKES_PER_CELL * ProxyConfig().writer_idle_s
+    assert bench.transient_cells(shortest) is None
+    assert bench.transient_cells(3.0 / 3) is None  # the default: --duration 3, --rounds 3
+    reason = bench.transient_cells(shortest * 0.6)
+    assert reason is not None and "writer_idle_s" in reason and "--duration" in reason
