@@ -633,21 +633,31 @@ def add_deltas(results: dict[str, Any]) -> None:
 WRITER_WAKES_PER_CELL = 4
 
 
-def transient_cells(cell_s: float) -> str | None:
+def transient_cells(cell_s: float, evolvable_config: Path | None = None) -> str | None:
     """Why no target verdict is given when a cell is too short to hold a few of the capture writer's wake-ups.
 
-    The writer applies a trickle every `writer_idle_s`; a cell shorter than that measures calls with the
-    writer asleep and leaves its work to the drain after the cell (in session 10, `writer_idle_s` 1.0 with
-    0.6 s cells halved the c=16 p99 against 0.25, and 5 s cells showed no difference)."""
-    from evolvable.proxy.config import ProxyConfig
-
-    idle_s = ProxyConfig().writer_idle_s
+    The writer applies a trickle every `writer_idle_s` (the default, or what `evolvable_config` sets); a cell
+    shorter than that measures calls with the writer asleep and leaves its work to the drain after the cell (in
+    session 10, `writer_idle_s` 1.0 with 0.6 s cells halved the c=16 p99 against 0.25, and 5 s cells showed no
+    difference)."""
+    idle_s = writer_idle_s(evolvable_config)
     if cell_s >= WRITER_WAKES_PER_CELL * idle_s:
         return None
     return (
         f"no verdict: cells of {cell_s:.2f} s hold fewer than {WRITER_WAKES_PER_CELL} of the writer's wake-ups "
         f"(writer_idle_s {idle_s} s); raise --duration"
     )
+
+
+def writer_idle_s(evolvable_config: Path | None) -> float:
+    """The writer's sleep between batches in the proxy `evolvable serve --config evolvable_config` runs."""
+    from evolvable.proxy.config import ProxyConfig, config_from_dict
+
+    if evolvable_config is None:
+        return ProxyConfig().writer_idle_s
+    from evolvable.app.config import load_config
+
+    return config_from_dict(load_config(evolvable_config).proxy).writer_idle_s
 
 
 def print_table(results: dict[str, Any], title: str = "Proxy overhead") -> None:
@@ -761,7 +771,9 @@ def main() -> None:
             )
         results["load_average"] = monitor.summary()
         results["environment"] = environment(results["load_average"])
-        blocked = verdict_blocked(results["load_average"]) or transient_cells(args.duration / args.rounds)
+        blocked = verdict_blocked(results["load_average"]) or transient_cells(
+            args.duration / args.rounds, args.evolvable_config
+        )
         if blocked is not None:  # the figures stay; verdicts under this load would mislead
             results["checks"] = {k: v for k, v in results["checks"].items() if not k.startswith("target_")}
             results["verdict"] = blocked

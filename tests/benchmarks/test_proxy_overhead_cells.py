@@ -29,3 +29,15 @@ def test_cells_shorter_than_a_few_writer_wake_ups_get_no_verdict() -> None:
     assert bench.transient_cells(3.0 / 3) is None  # the default: --duration 3, --rounds 3
     reason = bench.transient_cells(shortest * 0.6)
     assert reason is not None and "writer_idle_s" in reason and "--duration" in reason
+
+
+def test_the_writer_sleep_an_evolvable_config_sets_is_the_one_judged(tmp_path: Path) -> None:
+    """A run with `--evolvable-config` that lengthens the writer's sleep needs longer cells than the default."""
+    bench = _benchmark()
+    config = tmp_path / "evolvable.yaml"
+    config.write_text("proxy:\n  writer_idle_s: 2.0\n")
+    default_enough = bench.WRITER_WAKES_PER_CELL * ProxyConfig().writer_idle_s
+    assert bench.transient_cells(default_enough) is None
+    reason = bench.transient_cells(default_enough, config)
+    assert reason is not None and "writer_idle_s 2.0" in reason
+    assert bench.transient_cells(bench.WRITER_WAKES_PER_CELL * 2.0, config) is None

@@ -35,7 +35,10 @@ def test_cli_end_to_end(tmp_path) -> None:
     assert data[AGENT]["runs"] == 1
     listed = json.loads(runner.invoke(app, ["decisions", "--db", url, "--json"]).output)
     assert listed[0]["id"] == decision.id and listed[0]["lever"] == "prompt"
-    assert "prompt" in runner.invoke(app, ["decisions", "--db", url]).output
+    table = runner.invoke(app, ["decisions", "--db", url]).output
+    assert "prompt" in table
+    # The whole id, which `approve` takes (its first digits are only the time it was made), folded if need be.
+    assert decision.id in "".join(line.split("\u2502")[1].strip() for line in table.splitlines() if "\u2502" in line)
 
     shown = json.loads(runner.invoke(app, ["harness", "show", AGENT, "--db", url]).output)
     assert shown["version"] == active.id and shown["state"] == "active"

@@ -100,7 +100,7 @@ def decisions(
     tenant: str = TENANT,
 ) -> None:
     """The decision records: lever, why, candidate, state and the measured verdict."""
-    from rich.table import Table
+    from rich.table import Column, Table
 
     from evolvable.control.lever_choice import calibration
 
@@ -108,10 +108,13 @@ def decisions(
     if as_json:
         typer.echo(json.dumps([d.model_dump(mode="json") for d in found], indent=2))
         return
-    table = Table("id", "agent", "lever", "state", "verdict", "predicted / measured", "candidate", "why")
+    # (the whole id, folded rather than cut when the terminal is narrow: its first digits are only its time)
+    table = Table(
+        Column("id", overflow="fold"), "agent", "lever", "state", "verdict", "predicted / measured", "candidate", "why"
+    )
     for d in found:
         table.add_row(
-            d.id[:16],
+            d.id,
             d.agent,
             d.lever.value,
             d.state.value,

@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field, ValidationError
 from evolvable.errors import GovernanceError, NotFound
 from evolvable.governance.audit import AuditAction, AuditLog
 from evolvable.governance.capture import strictest
-from evolvable.protocol.models import CaptureMode, new_id, utcnow
+from evolvable.protocol.models import CaptureMode, utcnow
 from evolvable.proxy.hooks import Principal, Role
 from evolvable.store import Store
 from evolvable.store.engine import Engine
@@ -278,7 +278,7 @@ class TenantDirectory:
         if resolved == Role.session:
             raise GovernanceError("session keys are created by the proxy's /v1/sessions, not issued")
         is_admin = resolved in (Role.admin, Role.operator)
-        key_id = new_id("key")[:20]
+        key_id = f"key_{secrets.token_hex(8)}"  # (random: a prefix of a time-ordered `new_id` would repeat)
         key = KEY_PREFIX + secrets.token_urlsafe(32)
         self.rows.insert_key(
             {
