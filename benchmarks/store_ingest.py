@@ -16,6 +16,7 @@ other jobs kept more tasks runnable than there are cores, no target verdict is p
 
     git archive fef3d4d src | tar -x -C DIR     # optional: the version to compare with
     .venv/bin/python benchmarks/store_ingest.py [--postgres URL] [--quick] [--baseline-src DIR --baseline-label fef3d4d]
+        [--current-first]
 
 Prints a Rich table and writes benchmarks/results/store_ingest.json.
 """
@@ -297,11 +298,15 @@ PG_SETTINGS = ("server_version", "synchronous_commit", "fsync", "shared_buffers"
 VERSIONS = ("current", "baseline")
 
 
-def measure_all(plan: dict[str, int], pg: PostgresDatabases, baseline: Path | None, tmp: Path) -> dict[str, Any]:
-    """Per backend: the baseline version (if given), then the current one, each in its own process and database."""
+def measure_all(
+    plan: dict[str, int], pg: PostgresDatabases, baseline: Path | None, tmp: Path, current_first: bool = False
+) -> dict[str, Any]:
+    """Per backend: the baseline version (if given), then the current one (`current_first`: the other way
+    round), each in its own process and database."""
     results: dict[str, Any] = {}
+    order = (("baseline", baseline), ("current", None))
     for backend in ("sqlite", "postgresql"):
-        for version, src in (("baseline", baseline), ("current", None)):
+        for version, src in reversed(order) if current_first else order:
             if version == "baseline" and baseline is None:
                 continue
             url = f"sqlite:///{tmp / f'{version}.db'}" if backend == "sqlite" else pg.create()
@@ -388,6 +393,12 @@ def main() -> None:
     parser.add_argument(
         "--results", type=Path, default=RESULTS, help=f"where to write the JSON (default {RESULTS.name})"
     )
+    parser.add_argument(
+        "--current-first",
+        action="store_true",
+        help="run the current version before the baseline on each backend (on PostgreSQL the second run was the "
+        "slower in four runs of five, whichever version it was: run both orders to read a ratio)",
+    )
     parser.add_argument("--worker", choices=("sqlite", "postgresql"), help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--plan", help=argparse.SUPPRESS)
@@ -405,7 +416,7 @@ def main() -> None:
     try:
         pg_settings = pg.settings()
         with tempfile.TemporaryDirectory() as tmp, LoadMonitor() as monitor:
-            results = measure_all(plan, pg, args.baseline_src, Path(tmp))
+            results = measure_all(plan, pg, args.baseline_src, Path(tmp), args.current_first)
     finally:
         pg.drop_all()
     load = monitor.summary()
@@ -419,6 +430,7 @@ def main() -> None:
         "sqlite": {"journal_mode": "wal", "synchronous": "NORMAL"},
         "scale": scale,
         "baseline": args.baseline_label if args.baseline_src else None,
+        "order": "current first" if args.current_first else "baseline first",
         "checks": checks,
         "results": results,
     }

@@ -33,8 +33,8 @@ def new_id(prefix: str) -> str:
     bits come from `os.urandom`, so a forked process (the capture writer) never repeats its parent's ids.
     (`uuid.uuid7` arrives with Python 3.14.)"""
     millis = time.time_ns() // 1_000_000
-    random = int.from_bytes(os.urandom(10), "big")
-    value = (millis & _MILLIS_MASK) << 80 | 7 << 76 | (random >> 68) << 64 | 2 << 62 | (random & _RAND_B_MASK)
+    entropy = int.from_bytes(os.urandom(10), "big")
+    value = (millis & _MILLIS_MASK) << 80 | 7 << 76 | (entropy >> 68) << 64 | 2 << 62 | (entropy & _RAND_B_MASK)
     return f"{prefix}_{value:032x}"
 
 
