@@ -3,23 +3,16 @@ writer's wake-ups: such cells measure calls while the writer sleeps and leave it
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
-from evolvable.proxy.config import ProxyConfig
+from tests.benchmarks.loading import load_benchmark
 
-PROXY_OVERHEAD_PY = Path(__file__).resolve().parents[2] / "benchmarks" / "proxy_overhead.py"
+from evolvable.proxy.config import ProxyConfig
 
 
 def _benchmark() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("benchmarks_proxy_overhead", PROXY_OVERHEAD_PY)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("proxy_overhead")
 
 
 def test_cells_shorter_than_a_few_writer_wake_ups_get_no_verdict() -> None:
