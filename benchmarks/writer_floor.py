@@ -1,0 +1,180 @@
+"""How far a redesign of the capture writer could go: CPU per one-call record of the writer as it is (decode,
+convert to ATDP models, govern, apply the events) against a floor that does the data's work on plain data
+(decode, redact the messages' texts with the same engine, build the rows' values and the step's JSON document
+directly, insert the same tables in one transaction per batch, one ledger row per record), in the same run.
+
+The floor is a probe, not a writer: it validates nothing, handles only a chat call with no session, no tools
+and no token ids, skips tenant policy, and scans message texts only (the writer also scans identifiers and
+metadata values, which are short). What it measures is what the work costs without the layers around it
+(pydantic models, events, the generic ingest), so the gap says what a redesign could save at most.
+
+Each mode runs in its own process on a fresh SQLite database, in interleaved rounds; the best round of each is
+kept. Process CPU time; SQLite runs in the process, so its work counts, as in the forked writer.
+
+    .venv/bin/python benchmarks/writer_floor.py [--calls 8000] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from bench_env import LoadMonitor, describe, write_results
+from capture_cpu import frame_calls, reply_bytes
+
+RESULTS = Path(__file__).parent / "results" / "writer_floor.json"
+BATCH = 256
+MODES = ("writer", "floor")
+
+
+def current_writer(store: Any) -> Callable[[list[bytes]], None]:
+    """What `BackgroundWriter.cycle` does with a batch: decode, convert, govern, apply."""
+    from evolvable.governance.wiring import Governance
+    from evolvable.proxy.capture import Converter
+    from evolvable.proxy.records import decode
+
+    governor = Governance.for_store(store).governor
+    governor.warm_up()
+    converter = Converter()
+
+    def apply(batch: list[bytes]) -> None:
+        store.apply_events(governor.govern([e for p in batch for e in converter.convert(decode(p))]))
+
+    return apply
+
+
+def floor(store: Any) -> Callable[[list[bytes]], None]:
+    """The same records to the same tables, on plain data."""
+    import orjson
+
+    from evolvable.governance.redaction.engine import PlaceholderMap, default_engine
+    from evolvable.proxy.records import decode
+    from evolvable.store import sqlite_bulk
+    from evolvable.store.engine import WRITE_OPTIONS, RawJSON
+    from evolvable.store.rows import STEP_COLUMNS
+    from evolvable.store.tables.trajectories import applied_events, steps, trajectories
+
+    engine = default_engine()
+    engine.redact("warm up: call 555-0100 or mail a@example.com", PlaceholderMap())
+    header_columns = ("id", "tenant_id", "agent", "status", "started_at", "ended_at", "placeholder", "header")
+
+    def apply(batch: list[bytes]) -> None:
+        headers, step_rows, ledger = [], [], []
+        now = datetime.now(UTC)
+        for payload in batch:
+            rec = decode(payload)
+            tid, placeholders = rec.trajectory_id, PlaceholderMap()
+            messages = [_redacted_message(m, engine, placeholders) for m in rec.request.get("messages") or ()]
+            reply = rec.reply
+            choices = [
+                {
+                    "index": c.get("index", 0),
+                    "message": _redacted_message(c["message"], engine, placeholders),
+                    "finish_reason": c.get("finish_reason"),
+                }
+                for c in reply.get("choices") or ()
+            ]
+            started = datetime.fromtimestamp(rec.started, UTC)
+            ended = datetime.fromtimestamp(rec.started + rec.latency_ms / 1000.0, UTC)
+            step_id = f"step_{rec.request_id}"
+            body = {
+                "id": step_id,
+                "kind": "llm_call",
+                "agent": rec.agent,
+                "started_at": started,
+                "ended_at": ended,
+                "endpoint": rec.endpoint,
+                "model": reply.get("model"),
+                "request_messages": messages,
+                "sampling": {k: v for k, v in rec.request.items() if k not in ("model", "messages")},
+                "choices": choices,
+                "usage": reply.get("usage"),
+                "latency_ms": rec.latency_ms,
+                "request_id": rec.request_id,
+                "response_id": reply.get("id"),
+                "metadata": {"upstream": rec.upstream},
+            }
+            document = RawJSON(orjson.dumps(body, option=orjson.OPT_UTC_Z).decode())
+            header = {"schema_version": "1.1.0", "capture": "full", "metadata": {"session": "none"}}
+            headers.append((tid, rec.tenant_id, rec.agent, "completed", started, ended, False, header))
+            step_rows.append((tid, step_id, "llm_call", None, reply.get("id"), started, document))
+            ledger.append((f"{tid}:{rec.request_id}", tid, now))
+        with store._writer.begin() as conn:
+            conn = conn.execution_options(**WRITE_OPTIONS)
+            sqlite_bulk.insert_values_or_ignore(
+                conn, applied_events, ("event_id", "trajectory_id", "applied_at"), ledger
+            )
+            sqlite_bulk.insert_values_or_ignore(conn, trajectories, header_columns, headers)
+            sqlite_bulk.insert_values_or_ignore(conn, steps, STEP_COLUMNS, step_rows)
+
+    return apply
+
+
+def _redacted_message(message: dict[str, Any], engine: Any, placeholders: Any) -> dict[str, Any]:
+    content = message.get("content")
+    if isinstance(content, str):
+        return {**message, "content": engine.redact(content, placeholders).text}
+    return dict(message)
+
+
+def run_worker(mode: str, calls: int) -> dict[str, Any]:
+    from evolvable.store import Store
+
+    replies = [reply_bytes(i, 0, 0) for i in range(calls + 64)]
+    payloads = frame_calls(calls + 64, replies, one_call=True)
+    with tempfile.TemporaryDirectory() as tmp, Store.open(f"sqlite:///{tmp}/floor.db") as store:
+        apply = (current_writer if mode == "writer" else floor)(store)
+        apply(payloads[:64])  # first-use caches out of the timed part
+        gc.collect()
+        gc.freeze()  # as the forked writer does first
+        cpu = time.process_time()
+        for start in range(64, len(payloads), BATCH):
+            gc.disable()  # as the forked writer does for each batch
+            apply(payloads[start : start + BATCH])
+            gc.enable()
+        spent = time.process_time() - cpu
+        with store.engine.connect() as conn:
+            stored = conn.exec_driver_sql("SELECT count(*) FROM steps").scalar_one()
+    return {"us_per_call": spent / calls * 1e6, "stored_calls": stored - 64}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=8000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--worker", choices=MODES, help=argparse.SUPPRESS)
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    if args.worker:
+        sys.stdout.write(json.dumps(run_worker(args.worker, args.calls)))
+        return
+    runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
+    with LoadMonitor() as monitor:
+        for round_ in range(args.rounds):
+            for mode in MODES if round_ % 2 == 0 else reversed(MODES):
+                command = [sys.executable, __file__, "--worker", mode, "--calls", str(args.calls)]
+                out = subprocess.run(command, env=dict(os.environ), check=True, stdout=subprocess.PIPE).stdout
+                runs[mode].append(json.loads(out))
+    load = monitor.summary()
+    best = {mode: min(r["us_per_call"] for r in runs[mode]) for mode in MODES}
+    print(f"{'CPU us per one-call record (best of ' + str(args.rounds) + ')':48}" + "".join(f"{m:>12}" for m in MODES))
+    print(f"{'decode .. stored, batches of ' + str(BATCH):48}" + "".join(f"{best[m]:>12.1f}" for m in MODES))
+    print(f"writer / floor: x{best['writer'] / best['floor']:.2f}")
+    print(describe(load))
+    write_results(args.results, "writer_floor", load, calls=args.calls, best_us_per_call=best, runs=runs)
+
+
+if __name__ == "__main__":
+    main()
