@@ -6,7 +6,10 @@ directly, insert the same tables in one transaction per batch, one ledger row pe
 The floor is a probe, not a writer: it validates nothing, handles only a chat call with no session, no tools
 and no token ids, skips tenant policy, and scans message texts only (the writer also scans identifiers and
 metadata values, which are short). What it measures is what the work costs without the layers around it
-(pydantic models, events, the generic ingest), so the gap says what a redesign could save at most.
+(pydantic models, events, the generic ingest), so the gap says what a redesign could save at most. A third
+mode, "floor, checked", adds back what a redesign would have to keep of the checks (the messages validated as
+ATDP messages, the look-ups of existing and purged trajectories and of claimed event ids, a ledger row per
+event), which says what it could save at least.
 
 Each mode runs in its own process on a fresh SQLite database, in interleaved rounds; the best round of each is
 kept. Process CPU time; SQLite runs in the process, so its work counts, as in the forked writer.
@@ -36,7 +39,7 @@ from capture_cpu import frame_calls, reply_bytes
 
 RESULTS = Path(__file__).parent / "results" / "writer_floor.json"
 BATCH = 256
-MODES = ("writer", "floor")
+MODES = ("writer", "floor", "floor, checked")
 
 
 def current_writer(store: Any) -> Callable[[list[bytes]], None]:
@@ -55,13 +58,17 @@ def current_writer(store: Any) -> Callable[[list[bytes]], None]:
     return apply
 
 
-def floor(store: Any) -> Callable[[list[bytes]], None]:
-    """The same records to the same tables, on plain data."""
+def floor(store: Any, checked: bool = False) -> Callable[[list[bytes]], None]:
+    """The same records to the same tables, on plain data. `checked` adds what a redesign would have to keep of
+    the checks: the client's messages and the reply's validated as ATDP messages, the look-ups of existing and
+    purged trajectories and of claimed event ids, and a ledger row per event (start, step, end)."""
     import orjson
+    from pydantic import TypeAdapter
 
     from evolvable.governance.redaction.engine import PlaceholderMap, default_engine
+    from evolvable.protocol.models import ChatMessage
     from evolvable.proxy.records import decode
-    from evolvable.store import sqlite_bulk
+    from evolvable.store import ingest, sqlite_bulk
     from evolvable.store.engine import WRITE_OPTIONS, RawJSON
     from evolvable.store.rows import STEP_COLUMNS
     from evolvable.store.tables.trajectories import applied_events, steps, trajectories
@@ -69,6 +76,7 @@ def floor(store: Any) -> Callable[[list[bytes]], None]:
     engine = default_engine()
     engine.redact("warm up: call 555-0100 or mail a@example.com", PlaceholderMap())
     header_columns = ("id", "tenant_id", "agent", "status", "started_at", "ended_at", "placeholder", "header")
+    validate_messages = TypeAdapter(list[ChatMessage]).validate_python
 
     def apply(batch: list[bytes]) -> None:
         headers, step_rows, ledger = [], [], []
@@ -78,6 +86,9 @@ def floor(store: Any) -> Callable[[list[bytes]], None]:
             tid, placeholders = rec.trajectory_id, PlaceholderMap()
             messages = [_redacted_message(m, engine, placeholders) for m in rec.request.get("messages") or ()]
             reply = rec.reply
+            if checked:
+                validate_messages(rec.request.get("messages") or [])
+                validate_messages([c["message"] for c in reply.get("choices") or ()])
             choices = [
                 {
                     "index": c.get("index", 0),
@@ -110,9 +121,15 @@ def floor(store: Any) -> Callable[[list[bytes]], None]:
             header = {"schema_version": "1.1.0", "capture": "full", "metadata": {"session": "none"}}
             headers.append((tid, rec.tenant_id, rec.agent, "completed", started, ended, False, header))
             step_rows.append((tid, step_id, "llm_call", None, reply.get("id"), started, document))
-            ledger.append((f"{tid}:{rec.request_id}", tid, now))
+            claims = ("start", step_id, "end") if checked else (rec.request_id,)
+            ledger += [(f"{tid}:{claim}", tid, now) for claim in claims]
         with store._writer.begin() as conn:
             conn = conn.execution_options(**WRITE_OPTIONS)
+            if checked:
+                ids = [row[0] for row in headers]
+                existing = ingest._existing(conn, ids)
+                ingest._purged(conn, [tid for tid in ids if tid not in existing])
+                sqlite_bulk.existing_keys(conn, applied_events.c.event_id, [row[0] for row in ledger])
             sqlite_bulk.insert_values_or_ignore(
                 conn, applied_events, ("event_id", "trajectory_id", "applied_at"), ledger
             )
@@ -135,7 +152,7 @@ def run_worker(mode: str, calls: int) -> dict[str, Any]:
     replies = [reply_bytes(i, 0, 0) for i in range(calls + 64)]
     payloads = frame_calls(calls + 64, replies, one_call=True)
     with tempfile.TemporaryDirectory() as tmp, Store.open(f"sqlite:///{tmp}/floor.db") as store:
-        apply = (current_writer if mode == "writer" else floor)(store)
+        apply = current_writer(store) if mode == "writer" else floor(store, checked=mode == "floor, checked")
         apply(payloads[:64])  # first-use caches out of the timed part
         gc.collect()
         gc.freeze()  # as the forked writer does first
@@ -169,9 +186,12 @@ def main() -> None:
                 runs[mode].append(json.loads(out))
     load = monitor.summary()
     best = {mode: min(r["us_per_call"] for r in runs[mode]) for mode in MODES}
-    print(f"{'CPU us per one-call record (best of ' + str(args.rounds) + ')':48}" + "".join(f"{m:>12}" for m in MODES))
-    print(f"{'decode .. stored, batches of ' + str(BATCH):48}" + "".join(f"{best[m]:>12.1f}" for m in MODES))
-    print(f"writer / floor: x{best['writer'] / best['floor']:.2f}")
+    print(f"{'CPU us per one-call record (best of ' + str(args.rounds) + ')':48}" + "".join(f"{m:>16}" for m in MODES))
+    print(f"{'decode .. stored, batches of ' + str(BATCH):48}" + "".join(f"{best[m]:>16.1f}" for m in MODES))
+    print(
+        f"writer / floor: x{best['writer'] / best['floor']:.2f}; writer / checked floor: "
+        f"x{best['writer'] / best['floor, checked']:.2f}"
+    )
     print(describe(load))
     write_results(args.results, "writer_floor", load, calls=args.calls, best_us_per_call=best, runs=runs)
 
