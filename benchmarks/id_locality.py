@@ -38,13 +38,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from bench_env import LoadMonitor, describe, write_results
 from capture_cpu import MESSAGES, reply_bytes
+from evolvable.settings import get_settings
 from store_ingest import PostgresDatabases
 
 RESULTS = Path(__file__).parent / "results" / "id_locality.json"
 BATCH = 256
 LIVE_SESSIONS = 64
 IDS = ("uuid4", "new_id")
-DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
 
 def session_id(kind: str) -> str:
@@ -174,7 +174,9 @@ def main() -> None:
         default=8,
         help="1: one-call trajectories, the shape of trajectories the SDK makes with its own ids (Trajectory()).",
     )
-    parser.add_argument("--postgres", default=DEFAULT_PG, help="An admin URL of a server to make databases on.")
+    parser.add_argument(
+        "--postgres", default=get_settings().test_postgres_url, help="An admin URL of a server to make databases on."
+    )
     parser.add_argument("--no-postgres", action="store_true")
     parser.add_argument("--worker", choices=IDS, help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)

@@ -66,10 +66,10 @@ def floor(store: Any, checked: bool = False) -> Callable[[list[bytes]], None]:
     from pydantic import TypeAdapter
 
     from evolvable.governance.redaction.engine import PlaceholderMap, default_engine
-    from evolvable.protocol.models import ChatMessage
+    from evolvable.protocol.models import SCHEMA_VERSION, ChatMessage
     from evolvable.proxy.records import decode
     from evolvable.store import ingest, sqlite_bulk
-    from evolvable.store.engine import WRITE_OPTIONS, RawJSON
+    from evolvable.store.engine import RawJSON
     from evolvable.store.rows import STEP_COLUMNS
     from evolvable.store.tables.trajectories import applied_events, steps, trajectories
 
@@ -118,13 +118,12 @@ def floor(store: Any, checked: bool = False) -> Callable[[list[bytes]], None]:
                 "metadata": {"upstream": rec.upstream},
             }
             document = RawJSON(orjson.dumps(body, option=orjson.OPT_UTC_Z).decode())
-            header = {"schema_version": "1.1.0", "capture": "full", "metadata": {"session": "none"}}
+            header = {"schema_version": SCHEMA_VERSION, "capture": "full", "metadata": {"session": "none"}}
             headers.append((tid, rec.tenant_id, rec.agent, "completed", started, ended, False, header))
             step_rows.append((tid, step_id, "llm_call", None, reply.get("id"), started, document))
             claims = ("start", step_id, "end") if checked else (rec.request_id,)
             ledger += [(f"{tid}:{claim}", tid, now) for claim in claims]
         with store._writer.begin() as conn:
-            conn = conn.execution_options(**WRITE_OPTIONS)
             if checked:
                 ids = [row[0] for row in headers]
                 existing = ingest._existing(conn, ids)
