@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from evolvable.governance.redaction import names, native, recognizers
+from evolvable.governance.redaction import events, names, native, recognizers
 
 ROOT = Path(__file__).resolve().parents[2]
+EVENTS_SIDE = Path(__file__).with_name("event_walk_side.py")
 EXT_SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
 
 # Each side redacts the same generated corpora in its own process and prints findings and redacted texts.
@@ -40,10 +41,12 @@ print(json.dumps({{"engine": native.state().engine, "module": names.__file__, "r
 """
 
 
-def _side(compiled: bool) -> dict[str, object]:
-    code = _SIDE.format(broad=str(ROOT / "benchmarks" / "corpus" / "broad.py"))
+def _side(compiled: bool, script: Path | None = None) -> dict[str, object]:
+    """`script` (a path, run with the corpus module's path), else `_SIDE`, in a process of its own."""
+    broad = str(ROOT / "benchmarks" / "corpus" / "broad.py")
+    command = [str(script), broad] if script is not None else ["-c", _SIDE.format(broad=broad)]
     env = {**os.environ, native.SWITCH: "1" if compiled else "0", "HF_HUB_OFFLINE": "1"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, *command], env=env, check=True, capture_output=True, text=True)
     result: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
 
@@ -54,7 +57,7 @@ def test_setup_built_the_compiled_modules_and_they_are_what_runs() -> None:
     if os.environ.get(native.SWITCH, "1") == "0":
         pytest.skip(f"{native.SWITCH}=0 in this run")
     assert native.state().active, native.state().reason
-    for module in (names, recognizers):
+    for module in (names, recognizers, events):
         assert module.__file__ is not None and module.__file__.endswith(EXT_SUFFIX), module.__file__
 
 
@@ -70,6 +73,18 @@ def test_compiled_and_python_modules_find_exactly_the_same() -> None:
     assert sum(len(row[0]) for row in rows_python) > 800  # the corpora are full of findings
     differing = [i for i, (a, b) in enumerate(zip(rows_compiled, rows_python, strict=True)) if a != b]
     assert differing == [], f"{len(differing)} records differ, first: {rows_compiled[differing[0]]}"
+
+
+def test_compiled_and_python_event_walks_store_exactly_the_same() -> None:
+    if not native.check().active:
+        pytest.skip(f"no compiled build to compare: {native.check().reason}")
+    compiled, python = _side(True, EVENTS_SIDE), _side(False, EVENTS_SIDE)
+    assert str(compiled["module"]).endswith(EXT_SUFFIX) and str(python["module"]).endswith(".py")
+    stored_compiled, stored_python = compiled["events"], python["events"]
+    assert isinstance(stored_compiled, list) and isinstance(stored_python, list) and len(stored_python) == 400
+    assert sum("<" in json.dumps(e) for e in stored_python) > 300  # placeholders in most events: the walk redacted
+    differing = [i for i, (a, b) in enumerate(zip(stored_compiled, stored_python, strict=True)) if a != b]
+    assert differing == [], f"{len(differing)} events differ, first: {stored_compiled[differing[0]]}"
 
 
 def _fake_build(directory: Path, **override: str) -> Path:

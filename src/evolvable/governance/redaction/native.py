@@ -24,9 +24,10 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 PACKAGE = "evolvable.governance.redaction"
-# The modules where a pass spends its time. Events and stream stay Python: they hold per-event glue, and events
-# subclasses the engine's `PlaceholderMap` (which allows interpreted subclasses for it, as `RedactionEngine` does).
-COMPILED_MODULES = ("findings", "validators", "recognizers", "phones", "addresses", "names", "engine")
+# The modules where a pass spends its time, and `events`, the capture writer's walk over each event's fields (its
+# glue cost the writer more than the engine's scans: 1.2-1.6x less governing CPU per call compiled, docs/PERFORMANCE.md
+# session 12). Stream stays Python: it runs per chunk on the request path, where its calls are into the engine.
+COMPILED_MODULES = ("findings", "validators", "recognizers", "phones", "addresses", "names", "engine", "events")
 # One shared library for the group, named inside the package so the shims find it through `__path__` too.
 GROUP = f"{PACKAGE}._compiled"
 BUILD_DIR = Path(__file__).with_name("_native")
