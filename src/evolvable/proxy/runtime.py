@@ -146,8 +146,9 @@ class ProxyRuntime:
         end = self.spool.wait_written(self.spool.enqueued, timeout_s)
         if end is None:
             return False
-        if self.spool.reader.load_checkpoint() < end:  # (nothing pending: no wake-up beside the calls)
-            self.writer.waker.wake()  # written: the writer applies it now, not after its idle sleep
+        if self.spool.reader.load_checkpoint() >= end:
+            return True  # nothing pending (an idle proxy's dashboard polls): no wake-up, no second read
+        self.writer.waker.wake()  # written: the writer applies it now, not after its idle sleep
         return self.spool.wait_applied(end, timeout_s)
 
     def purge_spool(self, predicate: Callable[[dict[str, Any]], bool]) -> int:
