@@ -4,6 +4,11 @@ environment (python, packages, CPU count), and whether a target verdict means an
 A target verdict measured while other jobs kept more tasks runnable than there are cores says more
 about those jobs than about the code, so `verdict_blocked` returns the reason instead and scripts
 print it in place of met / not met.
+
+The load average does not show a virtual machine whose cores run slower for a while (a busy host): the same
+code then takes two or three times the CPU, with the load unchanged. `LoadMonitor` therefore also times a
+fixed Python workload at the start and the end of the run (`speed_probe_ms`, lower is faster): figures of two
+runs are comparable in absolute terms only where their probes agree.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ class LoadMonitor:
         self._thread = threading.Thread(target=self._sample, name="load-monitor", daemon=True)
 
     def __enter__(self) -> LoadMonitor:
+        self.speed_probe_ms = [speed_probe_ms()]
         self._take()
         self._thread.start()
         return self
@@ -64,6 +70,7 @@ class LoadMonitor:
         self._stop.set()
         self._thread.join()
         self._take()
+        self.speed_probe_ms.append(speed_probe_ms())
 
     def _sample(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -86,7 +93,24 @@ class LoadMonitor:
             "other_jobs_runnable_max": max(others) if others else None,
             "samples": len(self.load_samples),
             "cpus": os.cpu_count(),
+            "speed_probe_ms": getattr(self, "speed_probe_ms", None),
         }
+
+
+def speed_probe_ms(repeats: int = 5) -> float:
+    """CPU milliseconds of a fixed pure-Python workload (dict, string and integer operations, as the capture path
+    does), the best of `repeats`: how fast this machine runs Python right now, whatever its load average says."""
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.process_time()
+        counts: dict[str, int] = {}
+        total = 0
+        for i in range(100_000):
+            key = f"k{i & 1023}"
+            counts[key] = counts.get(key, 0) + i
+            total += len(key)
+        best = min(best, (time.process_time() - started) * 1000)
+    return best
 
 
 def runnable_outside(root_pid: int) -> int | None:
@@ -124,6 +148,9 @@ def describe(load: dict[str, Any]) -> str:
     line = f"load average (1 min) during the run {load['min']:.2f}-{load['max']:.2f} (mean {load['mean']:.2f})"
     if others is not None:
         line += f"; other jobs' runnable tasks mean {others:.1f}, max {load['other_jobs_runnable_max']}"
+    probe = load.get("speed_probe_ms")
+    if probe:
+        line += f"; speed probe {' -> '.join(f'{ms:.0f}' for ms in probe)} ms (lower is faster)"
     return line + f"; {load['cpus']} cores"
 
 
