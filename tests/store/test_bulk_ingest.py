@@ -229,3 +229,33 @@ def test_sqlite_header_rows_equal_what_sqlalchemys_insert_writes(tmp_path, make_
             stored.append(conn.exec_driver_sql("SELECT * FROM trajectories ORDER BY id").fetchall())
     assert len(stored[0]) == 3
     assert stored[0] == stored[1]
+
+
+def test_ends_of_many_trajectories_in_one_batch_each_land_on_their_own(db_url: str, make_trajectory) -> None:
+    """A batch ending trajectories opened earlier (a session's end arrives after its start: one statement for all
+    of them on PostgreSQL) sets each its own status, end time and merged metadata, and touches no other."""
+    runs = [make_trajectory(status=TrajectoryStatus.running) for _ in range(5)]
+    naive = datetime(2026, 11, 27, 9, 30, 0, 7)  # naive means UTC, as everywhere in the store
+    away = datetime(2026, 11, 27, 4, 30, tzinfo=timezone(timedelta(hours=-7)))
+    ends = [
+        TrajectoryEnded(trajectory_id=runs[0].id, status=TrajectoryStatus.completed, ended_at=naive),
+        TrajectoryEnded(
+            trajectory_id=runs[1].id, status=TrajectoryStatus.abandoned, ended_at=away, metadata={"why": "idle"}
+        ),
+        TrajectoryEnded(trajectory_id=runs[2].id, status=TrajectoryStatus.failed, metadata={"note": "nul \x00 here"}),
+        TrajectoryEnded(trajectory_id=runs[2].id, status=TrajectoryStatus.completed, metadata={"closed_by": "client"}),
+    ]
+    with Store.open(db_url) as store:
+        for t in runs:
+            store.apply_events(events_for(t))
+        assert store.apply_events(ends) == len(ends)
+        stored = {t.id: store.get_trajectory(t.id) for t in runs}
+    assert stored[runs[0].id].status == TrajectoryStatus.completed
+    assert stored[runs[0].id].ended_at == naive.replace(tzinfo=UTC)
+    assert stored[runs[1].id].status == TrajectoryStatus.abandoned
+    assert stored[runs[1].id].ended_at == datetime(2026, 11, 27, 11, 30, tzinfo=UTC)
+    assert stored[runs[1].id].metadata == {**runs[1].metadata, "why": "idle"}
+    assert stored[runs[2].id].status == TrajectoryStatus.completed  # the last end of the batch wins
+    assert stored[runs[2].id].metadata == {**runs[2].metadata, "note": "nul \ufffd here", "closed_by": "client"}
+    for untouched in runs[3:]:
+        assert stored[untouched.id] == untouched
