@@ -372,7 +372,7 @@ def _write_ends(conn: sa.Connection, ends: Sequence[TrajectoryEnded]) -> None:
         values["b_status"], values["b_ended_at"] = e.status.value, e.ended_at
         if e.metadata:
             values["b_header"]["metadata"] = {**values["b_header"].get("metadata", {}), **e.metadata}
-    rows = [final[tid] for tid in sorted(final)]  # (one lock order for concurrent writers)
+    rows = [final[tid] for tid in sorted(final)]  # (in id order, as `_claim` takes its rows)
     if conn.dialect.name == "postgresql" and len(rows) > 1:
         conn.execute(_PG_ENDS, _pg_end_arrays(rows))
     else:
