@@ -1,7 +1,7 @@
 """Ending trajectories opened in earlier batches, as a session's end arrives after its start: the store's wall time
 per end on PostgreSQL (its server works in its own processes) and CPU per end on SQLite (in process), for this
 tree beside another (`--baseline-src DIR`, DIR holding its `src/`) in the same run, each on a fresh database,
-in interleaved rounds (the best of each is kept).
+in interleaved rounds that alternate which version goes first (the best of each is kept).
 
 `--stale-statistics` analyzes the tables while they are still empty, as a fresh PostgreSQL database is until
 autovacuum analyzes it again: the planner then takes them for empty.
@@ -97,7 +97,9 @@ def main() -> None:
     with LoadMonitor() as monitor, tempfile.TemporaryDirectory() as tmp:
         for round_ in range(args.rounds):
             for backend in backends:
-                for version, src in versions.items():
+                # Each version goes first in every other round: the first run of a round was slower in some runs.
+                order = list(versions.items())[:: -1 if round_ % 2 else 1]
+                for version, src in order:
                     databases = PostgresDatabases(admin_url) if backend == "postgresql" else None
                     try:
                         url = databases.create() if databases else f"sqlite:///{tmp}/ends-{version}-{round_}.db"
@@ -124,9 +126,9 @@ def main() -> None:
     console.print(table)
     console.print(f"every trajectory ended: {all(n == args.trajectories for s in stored.values() for n in s.values())}")
     console.print(describe(load))
-    write_results(
-        args.results, "session_ends", load, args={k: str(v) for k, v in vars(args).items()}, best=best, stored=stored
-    )
+    recorded = {k: str(v) for k, v in vars(args).items() if k not in ("results", "baseline_src", "postgres")}
+    recorded["baseline"] = "given" if args.baseline_src else "none"  # (a path of the machine it ran on: left out)
+    write_results(args.results, "session_ends", load, args=recorded, best=best, stored=stored)
 
 
 if __name__ == "__main__":

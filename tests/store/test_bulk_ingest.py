@@ -232,8 +232,8 @@ def test_sqlite_header_rows_equal_what_sqlalchemys_insert_writes(tmp_path, make_
 
 
 def test_ends_of_many_trajectories_in_one_batch_each_land_on_their_own(db_url: str, make_trajectory) -> None:
-    """A batch ending trajectories opened earlier (a session's end arrives after its start: one statement for all
-    of them on PostgreSQL) sets each its own status, end time and merged metadata, and touches no other."""
+    """A batch ending trajectories opened earlier (a session's end arrives after its start) sets each its own
+    status, end time (naive means UTC; other zones converted) and merged metadata, and touches no other."""
     runs = [make_trajectory(status=TrajectoryStatus.running) for _ in range(5)]
     naive = datetime(2026, 11, 27, 9, 30, 0, 7)  # naive means UTC, as everywhere in the store
     away = datetime(2026, 11, 27, 4, 30, tzinfo=timezone(timedelta(hours=-7)))

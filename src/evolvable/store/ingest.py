@@ -38,7 +38,6 @@ from evolvable.protocol.models import (
     utcnow,
 )
 from evolvable.store import pg_copy, sqlite_bulk
-from evolvable.store.engine import dumps_json
 from evolvable.store.rows import STEP_COLUMNS, header_row, signal_row, step_row, step_values
 from evolvable.store.tables.trajectories import applied_events, purged_trajectories, signals, steps, trajectories
 from evolvable.store.tables.types import UTCDateTime
@@ -372,35 +371,4 @@ def _write_ends(conn: sa.Connection, ends: Sequence[TrajectoryEnded]) -> None:
         values["b_status"], values["b_ended_at"] = e.status.value, e.ended_at
         if e.metadata:
             values["b_header"]["metadata"] = {**values["b_header"].get("metadata", {}), **e.metadata}
-    rows = [final[tid] for tid in sorted(final)]  # (in id order, as `_claim` takes its rows)
-    if conn.dialect.name == "postgresql" and len(rows) > 1:
-        conn.execute(_PG_ENDS, _pg_end_arrays(rows))
-    else:
-        conn.execute(_statements(conn.dialect.name)["end"], rows)
-
-
-_PG_ENDS = sa.text(
-    "UPDATE trajectories AS t SET status = u.status, ended_at = u.ended_at, header = CAST(u.header AS jsonb) "
-    "FROM unnest(:ids, :statuses, :ended, :headers) AS u(id, status, ended_at, header) WHERE t.id = u.id"
-).bindparams(
-    sa.bindparam("ids", type_=postgresql.ARRAY(sa.String)),
-    sa.bindparam("statuses", type_=postgresql.ARRAY(sa.String)),
-    sa.bindparam("ended", type_=postgresql.ARRAY(sa.DateTime(timezone=True))),
-    sa.bindparam("headers", type_=postgresql.ARRAY(sa.String)),
-)
-"""The ends of a batch in one statement: per-row UPDATEs cost a statement each, and on a table whose statistics
-were taken while it was empty (a fresh database, until autovacuum analyzes it again) each one scanned the table."""
-
-
-def _pg_end_arrays(rows: Sequence[dict[str, Any]]) -> dict[str, list[Any]]:
-    """`_write_ends`' rows as the columns `_PG_ENDS` unnests, bound as `UTCDateTime` and `JSONDocument` bind them."""
-    return {
-        "ids": [row["b_id"] for row in rows],
-        "statuses": [row["b_status"] for row in rows],
-        "ended": [_utc(row["b_ended_at"]) for row in rows],
-        "headers": [dumps_json(row["b_header"]) for row in rows],
-    }
-
-
-def _utc(value: datetime) -> datetime:
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    conn.execute(_statements(conn.dialect.name)["end"], list(final.values()))
