@@ -285,8 +285,10 @@ def main() -> None:
         versions = {args.baseline_label: args.baseline_src, "current": None}
     runs: dict[str, list[dict[str, Any]]] = {v: [] for v in versions}
     with LoadMonitor() as monitor:
-        for _ in range(args.rounds):
-            for label, src in versions.items():
+        for round_ in range(args.rounds):
+            # Each version goes first in every other round: the first run of a round can be the slower one
+            # (benchmarks/session_ends.py, docs/PERFORMANCE.md session 12), which a fixed order books to one side.
+            for label, src in list(versions.items())[:: -1 if round_ % 2 else 1]:
                 runs[label].append(spawn(args.calls, src, args.one_call, args.tokens, args.gc))
     load = monitor.summary()
     best = {label: {k: min(r[k] for r in rs) for k in rs[0]} for label, rs in runs.items()}
