@@ -23,7 +23,9 @@ import time
 from importlib import metadata
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 PACKAGES = (
     "evolvable",
@@ -57,9 +59,10 @@ class LoadMonitor:
         self.other_samples: list[int] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, name="load-monitor", daemon=True)
+        self.speed_probe_ms: list[float] = []
 
     def __enter__(self) -> LoadMonitor:
-        self.speed_probe_ms = [speed_probe_ms()]
+        self.speed_probe_ms.append(speed_probe_ms())
         self._take()
         self._thread.start()
         return self
@@ -93,7 +96,7 @@ class LoadMonitor:
             "other_jobs_runnable_max": max(others) if others else None,
             "samples": len(self.load_samples),
             "cpus": os.cpu_count(),
-            "speed_probe_ms": getattr(self, "speed_probe_ms", None),
+            "speed_probe_ms": self.speed_probe_ms or None,
         }
 
 
@@ -111,6 +114,22 @@ def speed_probe_ms(repeats: int = 5) -> float:
             total += len(key)
         best = min(best, (time.process_time() - started) * 1000)
     return best
+
+
+def tree_env(src: Path | None, **extra: str) -> dict[str, str]:
+    """This process's environment plus `extra`, with the source tree `src` (a directory holding `src/`) first on
+    PYTHONPATH when given: how side-by-side scripts run another version of evolvable in a worker process."""
+    env = dict(os.environ, **extra)
+    if src is not None:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(src / "src"), env.get("PYTHONPATH")) if p)
+    return env
+
+
+def in_round_order(versions: dict[str, T], round_: int) -> list[tuple[str, T]]:
+    """The versions of a side-by-side run in the order round `round_` runs them: each goes first in every other
+    round, because the first run of a round can be the slower one (docs/PERFORMANCE.md, session 12), which a
+    fixed order would book to one side."""
+    return list(versions.items())[:: -1 if round_ % 2 else 1]
 
 
 def runnable_outside(root_pid: int) -> int | None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_env import LoadMonitor, describe, write_results
+from bench_env import LoadMonitor, describe, in_round_order, tree_env, write_results
 
 RESULTS = Path(__file__).parent / "results" / "capture_cpu.json"
 MESSAGES = [
@@ -240,9 +239,7 @@ def govern(store: Any, events: list[Any], calls: int, figures: dict[str, Any]) -
 def spawn(
     calls: int, src: Path | None, one_call: bool = False, tokens: str = "", gc_mode: str = "writer"
 ) -> dict[str, Any]:
-    env = dict(os.environ)
-    if src is not None:
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(src / "src"), env.get("PYTHONPATH")) if p)
+    env = tree_env(src)
     command = [sys.executable, __file__, "--worker", "--calls", str(calls), *(["--one-call"] if one_call else [])]
     command += ["--tokens", tokens] if tokens else []
     command += ["--gc", gc_mode]
@@ -286,9 +283,7 @@ def main() -> None:
     runs: dict[str, list[dict[str, Any]]] = {v: [] for v in versions}
     with LoadMonitor() as monitor:
         for round_ in range(args.rounds):
-            # Each version goes first in every other round: the first run of a round can be the slower one
-            # (benchmarks/session_ends.py, docs/PERFORMANCE.md session 12), which a fixed order books to one side.
-            for label, src in list(versions.items())[:: -1 if round_ % 2 else 1]:
+            for label, src in in_round_order(versions, round_):
                 runs[label].append(spawn(args.calls, src, args.one_call, args.tokens, args.gc))
     load = monitor.summary()
     best = {label: {k: min(r[k] for r in rs) for k in rs[0]} for label, rs in runs.items()}

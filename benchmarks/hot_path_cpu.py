@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sqlite3
 import statistics
 import subprocess
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_env import LoadMonitor, describe, write_results
+from bench_env import LoadMonitor, describe, tree_env, write_results
 from mock_upstream import COMPLETION as REPLY
 from proxy_overhead import REQUEST
 
@@ -143,9 +142,7 @@ ROUNDS_PER_PROCESS = 3
 
 def spawn(src: Path | None, calls: int, concurrency: int) -> list[float]:
     """`ROUNDS_PER_PROCESS` rounds of one version in a fresh process."""
-    env = dict(os.environ, HF_HUB_OFFLINE="1")
-    if src is not None:
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(src / "src"), env.get("PYTHONPATH")) if p)
+    env = tree_env(src, HF_HUB_OFFLINE="1")
     command = [sys.executable, __file__, "--worker", "--calls", str(calls), "--rounds", str(ROUNDS_PER_PROCESS)]
     command += ["--concurrency", str(concurrency)]
     out = subprocess.run(command, env=env, check=True, stdout=subprocess.PIPE).stdout

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -27,11 +26,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 from rich.console import Console
 from rich.table import Table
 
-from bench_env import LoadMonitor, describe, write_results
+from bench_env import LoadMonitor, describe, in_round_order, tree_env, write_results
 from store_ingest import PostgresDatabases
 
 RESULTS = Path(__file__).parent / "results" / "session_ends.json"
-VERSIONS = ("current", "baseline")
 
 
 def run_worker(url: str, trajectories: int, batch: int, stale_statistics: bool) -> dict[str, Any]:
@@ -64,9 +62,7 @@ def run_worker(url: str, trajectories: int, batch: int, stale_statistics: bool) 
 
 
 def spawn(url: str, src: Path | None, args: argparse.Namespace) -> dict[str, Any]:
-    env = dict(os.environ)
-    if src is not None:
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(src / "src"), env.get("PYTHONPATH")) if p)
+    env = tree_env(src)
     command = [sys.executable, __file__, "--worker", "--url", url, "--trajectories", str(args.trajectories)]
     command += ["--batch", str(args.batch), *(["--stale-statistics"] if args.stale_statistics else [])]
     return json.loads(subprocess.run(command, env=env, check=True, stdout=subprocess.PIPE).stdout)
@@ -97,9 +93,7 @@ def main() -> None:
     with LoadMonitor() as monitor, tempfile.TemporaryDirectory() as tmp:
         for round_ in range(args.rounds):
             for backend in backends:
-                # Each version goes first in every other round: the first run of a round was slower in some runs.
-                order = list(versions.items())[:: -1 if round_ % 2 else 1]
-                for version, src in order:
+                for version, src in in_round_order(versions, round_):
                     databases = PostgresDatabases(admin_url) if backend == "postgresql" else None
                     try:
                         url = databases.create() if databases else f"sqlite:///{tmp}/ends-{version}-{round_}.db"

@@ -60,7 +60,7 @@ from evolvable.store.rows import step_row
 from evolvable.store.tables.trajectories import steps as steps_table
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_env import LoadMonitor, describe, environment, verdict_blocked
+from bench_env import LoadMonitor, describe, environment, tree_env, verdict_blocked
 
 RESULTS = Path(__file__).parent / "results" / "store_ingest.json"
 STEPS_PER_TRAJECTORY = 8
@@ -260,9 +260,7 @@ def run_worker(backend: str, url: str, plan: dict[str, int]) -> None:
 
 def spawn_worker(backend: str, url: str, plan: dict[str, int], src: Path | None) -> dict[str, Any]:
     """Run a worker in a fresh process; `src` (a source tree) puts another version of evolvable first."""
-    env = dict(os.environ)
-    if src is not None:
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(src / "src"), env.get("PYTHONPATH")) if p)
+    env = tree_env(src)
     command = [sys.executable, __file__, "--worker", backend, "--url", url, "--plan", json.dumps(plan)]
     done = subprocess.run(command, env=env, check=True, stdout=subprocess.PIPE)
     return json.loads(done.stdout)
