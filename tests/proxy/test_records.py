@@ -15,11 +15,14 @@ from evolvable.governance.pipeline import Governor
 from evolvable.governance.tenants import TenantDirectory
 from evolvable.protocol.models import (
     CaptureMode,
+    Event,
     LLMCallStep,
     RunCapture,
     StepAppended,
     ToolCallStep,
+    TrajectoryEnded,
     TrajectoryStarted,
+    TrajectoryStatus,
 )
 from evolvable.proxy.capture import Converter
 from evolvable.proxy.hooks import PassThroughGovernor
@@ -299,3 +302,50 @@ def test_every_record_names_its_run_and_records_before_version_3_name_none() -> 
     assert decode(encode(record)).run() == RunCapture("lead", CaptureMode.full)  # the run's agent, not the call's
     assert decode(orjson.dumps(V1_CALL)).run() is None
     assert decode(_without_run(record)).run() is None
+
+
+def _one_call(rid: str, reply: bytes, error: dict[str, object] | None = None) -> CallRecord:
+    record = _typed_call(rid, ASK, reply)
+    record.trajectory_id, record.session_id, record.error = f"traj_{rid}", None, error
+    return _spooled(record)
+
+
+def test_a_run_of_one_call_is_stored_as_with_an_end_event(db_url: str) -> None:
+    """A call without a session is a run of its own: its start says how and when it ended, instead of an end event
+    after its step. The store holds exactly what the start, the step and an end event left (real databases), in a
+    succeeded and a failed run, each header with its status and end time, and one ledger row fewer per run."""
+    records = [
+        _one_call("req_ok", orjson.dumps(REPLY)),
+        _one_call("req_err", b"{}", {"type": "upstream", "status": 502}),
+    ]
+    folded = [e for record in records for e in Converter().convert(record)]
+    assert [type(e) for e in folded] == [TrajectoryStarted, StepAppended] * 2
+    with_ends: list[Event] = []
+    for start, step in zip(folded[::2], folded[1::2], strict=True):
+        assert isinstance(start, TrajectoryStarted) and isinstance(step, StepAppended)
+        header = start.header.model_copy(update={"status": TrajectoryStatus.running, "ended_at": None})
+        end = TrajectoryEnded(  # what the converter emitted before, from the step alone
+            event_id=f"{start.trajectory_id}:end",
+            trajectory_id=start.trajectory_id,
+            tenant_id=start.tenant_id,
+            status=TrajectoryStatus.failed if step.step.status == "error" else TrajectoryStatus.completed,
+            ended_at=step.step.ended_at,
+        )
+        with_ends += [start.model_copy(update={"header": header}), step, end]
+    stored: list[list[object]] = []
+    for index, events in enumerate((folded, with_ends)):
+        url = db_url.replace("store.db", f"store{index}.db") if db_url.startswith("sqlite") else db_url
+        with Store.open(url) as store:
+            store.apply_events(events)
+            stored.append([store.get_trajectory(e.trajectory_id).model_dump() for e in folded[::2]])
+            with store.engine.connect() as conn:
+                ledger = conn.exec_driver_sql("SELECT count(*) FROM applied_events").scalar_one()
+            assert ledger == len(events)
+            if not db_url.startswith("sqlite"):
+                with store.engine.begin() as conn:  # the second form into an empty database too
+                    for table in ("applied_events", "steps", "trajectories"):
+                        conn.exec_driver_sql(f"DELETE FROM {table}")
+    assert stored[0] == stored[1]
+    succeeded, failed = stored[0]
+    assert (succeeded["status"], failed["status"]) == ("completed", "failed")
+    assert succeeded["ended_at"] is not None and succeeded["ended_at"] == succeeded["steps"][0]["ended_at"]

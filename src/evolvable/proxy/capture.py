@@ -525,8 +525,14 @@ class Converter:
         step = build_llm_step(rec)
         events: list[Event] = []
         standalone = rec.session_id is None
-        if standalone:
-            header = run_header(rec, started_at=rec.at or rec.started, metadata={"session": "none"})
+        if standalone:  # a run of one call: its header says how it ended, no end event (nor a ledger row) needed
+            header = run_header(
+                rec,
+                started_at=rec.at or rec.started,
+                metadata={"session": "none"},
+                status=TrajectoryStatus.failed if step.status == StepStatus.error else TrajectoryStatus.completed,
+                ended_at=step.ended_at or at,
+            )
             events.append(
                 TrajectoryStarted(event_id=f"{tid}:start", trajectory_id=tid, tenant_id=tenant, header=header)
             )
@@ -555,17 +561,6 @@ class Converter:
                 events.append(StepAppended(event_id=f"{tid}:{tool.id}", trajectory_id=tid, tenant_id=tenant, step=tool))
             self._remember(index, step)
         events.append(StepAppended(event_id=f"{tid}:{step.id}", trajectory_id=tid, tenant_id=tenant, step=step))
-        if standalone:
-            failed = step.status == StepStatus.error
-            events.append(
-                TrajectoryEnded(
-                    event_id=f"{tid}:end",
-                    trajectory_id=tid,
-                    tenant_id=tenant,
-                    status=TrajectoryStatus.failed if failed else TrajectoryStatus.completed,
-                    ended_at=step.ended_at or at,
-                )
-            )
         return events
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from evolvable.protocol.models import CaptureMode, RunCapture, TrajectoryHeader
+from evolvable.protocol.models import CaptureMode, RunCapture, TrajectoryHeader, TrajectoryStatus
 
 RECORD_VERSION = 3
 """Written by this version. 1: the untyped dicts of earlier versions (no `v` key). 2: typed. 3: every
@@ -138,8 +138,11 @@ def run_header(
     task_id: str | None = None,
     task_input: Any = None,
     metadata: dict[str, Any] | None = None,
+    status: TrajectoryStatus = TrajectoryStatus.running,
+    ended_at: datetime | None = None,
 ) -> TrajectoryHeader:
-    """The ATDP header of a run, from the record that opened it (a session, or a call without one)."""
+    """The ATDP header of a run, from the record that opened it (a session, or a call without one: that run
+    ends with its call, so its header says how and when)."""
     return TrajectoryHeader(
         id=record.trajectory_id,
         tenant_id=record.tenant_id,
@@ -152,4 +155,6 @@ def run_header(
         capture=record.capture,
         started_at=datetime.fromtimestamp(started_at, UTC) if started_at else datetime.now(UTC),
         metadata=metadata if metadata is not None else getattr(record, "metadata", None) or {},
+        status=status,
+        ended_at=ended_at,
     )
