@@ -215,9 +215,13 @@ def _token_logprobs(logprobs: Any) -> list[float] | None:
 
 def assemble_stream(sse_text: str) -> dict[str, Any]:
     """Rebuild a non-streaming reply (chat or completions) from SSE chunks, incl. streamed tool-call
-    deltas, token ids and logprobs. Unparseable events are counted, not fatal."""
+    deltas, token ids and logprobs. Unparseable events are counted, not fatal.
+
+    Texts and token lists gather in lists joined once at the end (adding each chunk's piece to the text so far
+    copied it again for every chunk: quadratic in a stream of one token per chunk), and a choice's accumulator
+    is made once, not per chunk."""
     reply: dict[str, Any] = {"choices": []}
-    choices: dict[int, dict[str, Any]] = {}
+    choices: dict[int, _StreamChoice] = {}
     bad = 0
     for raw_line in sse_text.splitlines():
         line = raw_line.strip()
@@ -234,8 +238,8 @@ def assemble_stream(sse_text: str) -> dict[str, Any]:
         if not isinstance(chunk, dict):
             bad += 1
             continue
-        for key in ("id", "model", "created", "object", "system_fingerprint"):
-            if chunk.get(key) is not None and key not in reply:
+        for key in _STREAM_HEADER_KEYS:
+            if key not in reply and chunk.get(key) is not None:
                 reply[key] = chunk[key]
         if chunk.get("error") is not None:
             reply["error"] = chunk["error"]
@@ -245,28 +249,17 @@ def assemble_stream(sse_text: str) -> dict[str, Any]:
             reply["prompt_token_ids"] = chunk["prompt_token_ids"]
         for c in chunk.get("choices") or ():
             idx = int(c.get("index", 0))
-            acc = choices.setdefault(
-                idx,
-                {
-                    "index": idx,
-                    "content": None,
-                    "text": None,
-                    "role": None,
-                    "tool_calls": {},
-                    "ids": None,
-                    "lps": None,
-                    "finish_reason": None,
-                    "prompt_token_ids": None,
-                },
-            )
+            acc = choices.get(idx)
+            if acc is None:
+                acc = choices[idx] = _StreamChoice()
             delta = c.get("delta")
             if isinstance(delta, dict):
                 if delta.get("role"):
-                    acc["role"] = delta["role"]
+                    acc.role = delta["role"]
                 if delta.get("content") is not None:
-                    acc["content"] = (acc["content"] or "") + str(delta["content"])
+                    acc.content.append(str(delta["content"]))
                 for tc in delta.get("tool_calls") or ():
-                    slot = acc["tool_calls"].setdefault(
+                    slot = acc.tool_calls.setdefault(
                         int(tc.get("index", 0)), {"id": None, "type": "function", "name": "", "arguments": ""}
                     )
                     if tc.get("id"):
@@ -277,43 +270,69 @@ def assemble_stream(sse_text: str) -> dict[str, Any]:
                     if fn.get("arguments"):
                         slot["arguments"] += fn["arguments"]
             if c.get("text") is not None:
-                acc["text"] = (acc["text"] or "") + str(c["text"])
+                acc.text.append(str(c["text"]))
             if c.get("token_ids") is not None:
-                acc["ids"] = (acc["ids"] or []) + list(c["token_ids"])
+                acc.ids = acc.ids or []
+                acc.ids.extend(c["token_ids"])
             if c.get("prompt_token_ids") is not None:
-                acc["prompt_token_ids"] = c["prompt_token_ids"]
-            lps = _token_logprobs(c.get("logprobs"))
-            if lps is not None:
-                acc["lps"] = (acc["lps"] or []) + lps
+                acc.prompt_token_ids = c["prompt_token_ids"]
+            if c.get("logprobs") is not None:
+                lps = _token_logprobs(c["logprobs"])
+                if lps is not None:
+                    acc.lps = acc.lps or []
+                    acc.lps.extend(lps)
             if c.get("finish_reason") is not None:
-                acc["finish_reason"] = c["finish_reason"]
+                acc.finish_reason = c["finish_reason"]
     for idx in sorted(choices):
-        acc = choices[idx]
-        choice: dict[str, Any] = {"index": idx, "finish_reason": acc["finish_reason"]}
-        if acc["text"] is not None and acc["role"] is None and acc["content"] is None:
-            choice["text"] = acc["text"]
+        reply["choices"].append(choices[idx].choice(idx))
+    if bad:
+        reply["_malformed_chunks"] = bad
+    return reply
+
+
+_STREAM_HEADER_KEYS = ("id", "model", "created", "object", "system_fingerprint")
+
+
+class _StreamChoice:
+    """What the chunks of one choice said so far."""
+
+    __slots__ = ("content", "finish_reason", "ids", "lps", "prompt_token_ids", "role", "text", "tool_calls")
+
+    def __init__(self) -> None:
+        self.content: list[str] = []
+        self.text: list[str] = []
+        self.role: Any = None
+        self.tool_calls: dict[int, dict[str, Any]] = {}
+        self.ids: list[Any] | None = None
+        self.lps: list[float] | None = None
+        self.finish_reason: Any = None
+        self.prompt_token_ids: Any = None
+
+    def choice(self, idx: int) -> dict[str, Any]:
+        """The choice as a non-streaming reply has it."""
+        choice: dict[str, Any] = {"index": idx, "finish_reason": self.finish_reason}
+        if self.text and self.role is None and not self.content:
+            choice["text"] = "".join(self.text)
         else:
-            msg: dict[str, Any] = {"role": acc["role"] or "assistant", "content": acc["content"]}
-            if acc["tool_calls"]:
+            content = "".join(self.content) if self.content else None
+            msg: dict[str, Any] = {"role": self.role or "assistant", "content": content}
+            if self.tool_calls:
                 msg["tool_calls"] = [
                     {
                         "id": t["id"] or f"call_{idx}_{i}",
                         "type": t["type"],
                         "function": {"name": t["name"], "arguments": t["arguments"]},
                     }
-                    for i, t in sorted(acc["tool_calls"].items())
+                    for i, t in sorted(self.tool_calls.items())
                 ]
             choice["message"] = msg
-        if acc["ids"] is not None:
-            choice["token_ids"] = acc["ids"]
-        if acc["prompt_token_ids"] is not None:
-            choice["prompt_token_ids"] = acc["prompt_token_ids"]
-        if acc["lps"] is not None:
-            choice["_logprob_values"] = acc["lps"]
-        reply["choices"].append(choice)
-    if bad:
-        reply["_malformed_chunks"] = bad
-    return reply
+        if self.ids is not None:
+            choice["token_ids"] = self.ids
+        if self.prompt_token_ids is not None:
+            choice["prompt_token_ids"] = self.prompt_token_ids
+        if self.lps is not None:
+            choice["_logprob_values"] = self.lps
+        return choice
 
 
 # --------------------------------------------------------------------------- records -> steps
