@@ -248,26 +248,25 @@ class _Edits:
 
     __slots__ = ("redactor", "replaced")
 
-    def __init__(self, redactor: _Redactor) -> None:
+    def __init__(self, redactor: _Redactor, replaced: list[tuple[_Path, Any]] | None = None) -> None:
+        """`replaced`: another walk's list, to share one order with it (an llm_call's own redactor)."""
         self.redactor = redactor
-        self.replaced: list[tuple[_Path, Any]] = []
+        self.replaced: list[tuple[_Path, Any]] = replaced if replaced is not None else []
 
     def text(self, path: _Path, value: str) -> bool:
-        new, changed = self.redactor.text(value)
-        if changed or new != value:  # (a JSON text walked and written again counts as unchanged, as in `_step`)
-            self.replaced.append((path, new))
-        return changed
+        return self._kept(path, value, *self.redactor.text(value))
 
     def identifier(self, path: _Path, value: str | None) -> bool:
         if not isinstance(value, str) or not value:
             return False
-        new, changed = self.redactor.identifier(value)
-        if changed or new != value:
-            self.replaced.append((path, new))
-        return changed
+        return self._kept(path, value, *self.redactor.identifier(value))
 
     def value(self, path: _Path, value: Any) -> bool:
-        new, changed = self.redactor.value(value)
+        return self._kept(path, value, *self.redactor.value(value))
+
+    def _kept(self, path: _Path, value: Any, new: Any, changed: bool) -> bool:
+        """Remembers `new` at `path` unless it is `value` unchanged; returns the redactor's `changed`, as the dict
+        walk uses it. (A JSON text walked and written again counts as unchanged but differs: it is kept too.)"""
         if changed or new != value:
             self.replaced.append((path, new))
         return changed
@@ -287,8 +286,7 @@ def _walk_llm_call(step: LLMCallStep, r: _EngineRedactor) -> dict[str, Any] | No
     edits.value(("metadata",), step.metadata)
     edits.identifier(("agent",), step.agent)
     llm = r.for_llm_call()
-    in_call = _Edits(llm)
-    in_call.replaced = edits.replaced  # one list, in the order the dict walk makes them
+    in_call = _Edits(llm, edits.replaced)  # one list, in the order the dict walk makes them
     changed = False
     for i, message in enumerate(step.request_messages):
         changed |= _walk_message(in_call, ("request_messages", i), message)
