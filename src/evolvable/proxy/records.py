@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from evolvable.protocol.models import CaptureMode, RunCapture, TrajectoryHeader, TrajectoryStatus
+from evolvable.protocol.models import CaptureMode, RunCapture, TrajectoryStarted, TrajectoryStatus
 
 RECORD_VERSION = 3
 """Written by this version. 1: the untyped dicts of earlier versions (no `v` key). 2: typed. 3: every
@@ -60,8 +60,9 @@ class SessionRecord(CaptureRecord, tag="session", kw_only=True):
     harness_version: str | None = msgspec.field(default=None, name="hv")
     policy_version: str | None = msgspec.field(default=None, name="pv")
 
-    def header(self) -> TrajectoryHeader:
-        return run_header(self, started_at=self.at, task_id=self.task_id, task_input=self.task_input)
+    def started(self) -> TrajectoryStarted:
+        """The run's start event: the one run header of the capture path."""
+        return run_started(self, started_at=self.at, task_id=self.task_id, task_input=self.task_input)
 
 
 class CallRecord(CaptureRecord, tag="call", kw_only=True):
@@ -131,7 +132,7 @@ def decode(payload: bytes) -> AnyRecord:
     return _DECODER.decode(payload)
 
 
-def run_header(
+def run_started(
     record: SessionRecord | CallRecord,
     *,
     started_at: float | None,
@@ -140,21 +141,25 @@ def run_header(
     metadata: dict[str, Any] | None = None,
     status: TrajectoryStatus = TrajectoryStatus.running,
     ended_at: datetime | None = None,
-) -> TrajectoryHeader:
-    """The ATDP header of a run, from the record that opened it (a session, or a call without one: that run
-    ends with its call, so its header says how and when)."""
-    return TrajectoryHeader(
-        id=record.trajectory_id,
-        tenant_id=record.tenant_id,
-        agent=record.agent or "default",
-        end_user=record.end_user,
-        harness_version=record.harness_version,
-        policy_version=record.policy_version,
-        task_id=task_id,
-        task_input=task_input,
-        capture=record.capture,
-        started_at=datetime.fromtimestamp(started_at, UTC) if started_at else datetime.now(UTC),
-        metadata=metadata if metadata is not None else getattr(record, "metadata", None) or {},
-        status=status,
-        ended_at=ended_at,
-    )
+) -> TrajectoryStarted:
+    """The start event of a run, its ATDP header made from the record that opened it (a session, or a call without
+    one: that run ends with its call, so its header says how and when). The event and its header are validated in
+    one pass (a header validated first and then the event holding it cost 1.5x the CPU)."""
+    tid = record.trajectory_id
+    header = {
+        "id": tid,
+        "tenant_id": record.tenant_id,
+        "agent": record.agent or "default",
+        "end_user": record.end_user,
+        "harness_version": record.harness_version,
+        "policy_version": record.policy_version,
+        "task_id": task_id,
+        "task_input": task_input,
+        "capture": record.capture,
+        "started_at": datetime.fromtimestamp(started_at, UTC) if started_at else datetime.now(UTC),
+        "metadata": metadata if metadata is not None else getattr(record, "metadata", None) or {},
+        "status": status,
+        "ended_at": ended_at,
+    }
+    event = {"event_id": f"{tid}:start", "trajectory_id": tid, "tenant_id": record.tenant_id, "header": header}
+    return TrajectoryStarted.model_validate(event)

@@ -229,9 +229,12 @@ def _claim(conn: sa.Connection, batch: Sequence[AnyEvent], optimistic: bool = Fa
     # SQLite: one writer at a time, so "which are new" then a plain executemany cannot race.
     stored = sqlite_bulk.existing_keys(conn, applied_events.c.event_id, [e.event_id for e in ordered])
     fresh = [e for e in ordered if e.event_id not in stored]
-    rows = [{"event_id": e.event_id, "trajectory_id": e.trajectory_id, "applied_at": now} for e in fresh]
-    sqlite_bulk.insert_or_ignore(conn, applied_events, rows)
+    ledger = [(e.event_id, e.trajectory_id, now) for e in fresh]  # (values, not a dict per row)
+    sqlite_bulk.insert_values_or_ignore(conn, applied_events, _LEDGER_COLUMNS, ledger)
     return {e.event_id for e in fresh}
+
+
+_LEDGER_COLUMNS = ("event_id", "trajectory_id", "applied_at")
 
 
 _PG_CLAIM = sa.text(

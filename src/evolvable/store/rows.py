@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, get_args
 
@@ -41,8 +42,37 @@ def header_row(header: TrajectoryHeader) -> dict[str, Any]:
     row = {name: getattr(header, name) for name in HEADER_COLUMNS}
     row["status"] = header.status.value
     row["placeholder"] = False
-    row["header"] = header.model_dump(mode="json", include=HEADER_DOCUMENT_FIELDS)
+    row["header"] = header_document(header)
     return row
+
+
+def header_document(header: TrajectoryHeader) -> dict[str, Any]:
+    """The header's `HEADER_DOCUMENT_FIELDS` as `model_dump(mode="json")` writes them. When its free-form fields
+    hold plain JSON values (what a dump in JSON mode copies as they are: the usual case) they are read directly,
+    at a third of the dump's CPU; anything else goes through the dump."""
+    task_input, metadata = header.task_input, header.metadata
+    if type(metadata) is dict and _json_plain(metadata) and _json_plain(task_input):
+        return {
+            "schema_version": header.schema_version,
+            "task_input": task_input,
+            "capture": header.capture.value,
+            "metadata": dict(metadata),
+        }
+    return header.model_dump(mode="json", include=HEADER_DOCUMENT_FIELDS)
+
+
+def _json_plain(value: Any) -> bool:
+    """JSON types a dump in JSON mode leaves as they are: str keys, finite floats, ints, str, bool, None."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return True
+    if kind is float:
+        return math.isfinite(value)
+    if kind is dict:
+        return all(type(k) is str and _json_plain(v) for k, v in value.items())
+    if kind is list:
+        return all(_json_plain(v) for v in value)
+    return False
 
 
 def header_fields(row: TrajectoryRow) -> dict[str, Any]:

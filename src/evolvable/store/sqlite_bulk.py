@@ -74,6 +74,8 @@ def sqlite_utc_text(value: datetime | None) -> str | None:
     """What `UTCDateTime` stores on SQLite (naive UTC in SQLAlchemy's text format), without its generic path."""
     if value is None:
         return None
+    if value.tzinfo is UTC:  # (the usual case: the ISO text up to its "+00:00", 1.4x cheaper than a naive copy's)
+        return value.isoformat(sep=" ", timespec="microseconds")[:26]
     utc = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
     return utc.replace(tzinfo=None).isoformat(sep=" ", timespec="microseconds")
 
