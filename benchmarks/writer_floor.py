@@ -58,16 +58,21 @@ def current_writer(store: Any) -> Callable[[list[bytes]], None]:
     return apply
 
 
-def floor(store: Any, checked: bool = False) -> Callable[[list[bytes]], None]:
+def floor(
+    store: Any, checked: bool = False, decode: Callable[[bytes], Any] | None = None
+) -> Callable[[list[bytes]], None]:
     """The same records to the same tables, on plain data. `checked` adds what a redesign would have to keep of
     the checks: the client's messages and the reply's validated as ATDP messages, the look-ups of existing and
-    purged trajectories and of claimed event ids, and a ledger row per event (start, step, end)."""
+    purged trajectories and of claimed event ids, and a ledger row per event (start, step, end). `decode`: how a
+    spooled record is read (the spool's codec by default; `floor_writer/` assembles streamed replies too)."""
     import orjson
     from pydantic import TypeAdapter
 
     from evolvable.governance.redaction.engine import PlaceholderMap, default_engine
     from evolvable.protocol.models import SCHEMA_VERSION, ChatMessage
-    from evolvable.proxy.records import decode
+    from evolvable.proxy.records import decode as decode_record
+
+    decode = decode or decode_record
     from evolvable.store import ingest, sqlite_bulk
     from evolvable.store.engine import RawJSON
     from evolvable.store.rows import STEP_COLUMNS
