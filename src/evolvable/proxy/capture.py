@@ -487,10 +487,7 @@ def _llm_step_in_one_pass(rec: CallRecord, shared: dict[str, Any], reply: Any) -
             "message": str(err.get("message") or ""),
             "status_code": err.get("status"),
         }
-    return _LLM_STEP_FROM_DATA(fields)
-
-
-_LLM_STEP_FROM_DATA = LLMCallStep.model_validate
+    return LLMCallStep.model_validate(fields)
 
 
 def llm_step_in_parts(rec: CallRecord) -> LLMCallStep:
