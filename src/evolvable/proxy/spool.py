@@ -29,6 +29,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from evolvable.errors import EvolvableError
 
@@ -134,6 +135,9 @@ def list_segments(directory: Path) -> list[int]:
 class SpoolReader:
     """Reads a spool directory from its checkpoint. Process-independent: all state is in files."""
 
+    read_chunk_bytes = 1 << 20
+    """How much of a segment one read takes (records are a few kB; a bigger one spans reads)."""
+
     def __init__(self, directory: Path, *, fsync: bool = True) -> None:
         self.directory = Path(directory)
         self.fsync = fsync
@@ -209,26 +213,53 @@ class SpoolReader:
             if seq < segments[0]:
                 seq, offset = segments[0], 0
             newest = seq == segments[-1]
-            try:
-                with open(segment_path(self.directory, seq), "rb") as f:
-                    f.seek(offset)
-                    data = f.read()
-            except FileNotFoundError:
-                data = b""
-            scanned = 0
-            for payload, scanned in _scan(data):
-                records.append(payload)
-                if len(records) >= max_records:
-                    return records, (seq, offset + scanned)
-            offset += scanned
+            offset, leftover = self._read_segment(seq, offset, max_records, records)
+            if len(records) >= max_records:
+                return records, (seq, offset)
             if newest:
                 break
-            if scanned < len(data):
+            if leftover:
                 log.error("spool segment %s is corrupt at offset %d; skipping its remainder", seq, offset)
             segments.pop(0)
             if segments:
                 seq, offset = segments[0], 0
         return records, (seq, offset)
+
+    def _read_segment(self, seq: int, offset: int, max_records: int, records: list[bytes]) -> tuple[int, bool]:
+        """Appends the valid records of segment `seq` from `offset` to `records`, until it holds `max_records`;
+        returns the offset just past the last one appended and whether bytes that are no whole valid frame
+        were left at the end (a write in progress, or a torn or corrupt frame).
+
+        Read in chunks of `read_chunk_bytes`, as far as the records wanted need: reading the whole rest of the
+        segment for every batch copied up to a 16 MB segment per batch while the writer caught up on a
+        backlog."""
+        try:
+            with open(segment_path(self.directory, seq), "rb") as f:
+                f.seek(offset)
+                return self._read_records(f, offset, max_records, records)
+        except FileNotFoundError:
+            return offset, False
+
+    def _read_records(self, f: BinaryIO, offset: int, max_records: int, records: list[bytes]) -> tuple[int, bool]:
+        pending = b""  # read, but no whole valid frame: the start of one cut by the read's end, or a corrupt one
+        while True:
+            want = self.read_chunk_bytes
+            if len(pending) >= _FRAME.size:
+                length, _crc = _FRAME.unpack_from(pending)
+                if _FRAME.size + length <= len(pending):
+                    return offset, True  # a whole frame that failed its checksum
+                want = max(want, _FRAME.size + length - len(pending))  # the rest of a long one in one read
+            chunk = f.read(want)
+            data = pending + chunk if pending else chunk
+            scanned = 0
+            for payload, scanned in _scan(data):
+                records.append(payload)
+                if len(records) >= max_records:
+                    return offset + scanned, False
+            offset += scanned
+            pending = data[scanned:]
+            if len(chunk) < want:  # the end of the file
+                return offset, bool(pending)
 
 
 # --------------------------------------------------------------------------- append side

@@ -1,0 +1,156 @@
+"""What each piece of Evolvable's request path costs in place: CPU per call of the serving process of `evolvable
+serve`, as it is and with one piece taken out (`serving_ablation/sitecustomize.py`), beside the same pass-through
+on Evolvable's server stack (`proxy_overhead.py`'s ASGI floor: uvicorn, httptools, uvloop, pooled aiohttp).
+
+`hot_path_cpu.py` times Evolvable's own work in a tight loop, where the caches stay warm; in a served proxy the
+same code runs between the kernel's network work, the upstream's and the client's, and costs more. This measures
+it there. The serving process is pinned to one core, and the mock upstream, the load generator and Evolvable's
+capture writer to the other, so the figure is the serving process's own (Linux only; root not needed).
+
+Each round starts every target fresh, in an order that alternates between rounds, warms it for two seconds, then
+runs a closed loop at each concurrency for `--duration` seconds. Read the medians over rounds; this machine's speed
+drifts by 10-20% between runs.
+
+    .venv/bin/python benchmarks/serving_ablation.py [--rounds 3] [--duration 5] [--concurrency 1,16]
+
+Prints a table and writes benchmarks/results/serving_ablation.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from evolvable.policy_server.launcher import free_port
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_env import LoadMonitor, describe, serve_command, write_results
+from proxy_overhead import Servers, cpu_seconds, measure_raw, pct
+
+RESULTS = Path(__file__).parent / "results" / "serving_ablation.json"
+PROBE = Path(__file__).parent / "serving_ablation"
+FLOOR = "asgi floor"
+EVOLVABLE = "evolvable"
+ABLATIONS = ("capture", "spool-write", "metrics", "read-deadline", "writer")
+SERVING_CORE, OTHER_CORE = 0, 1
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+def _start(servers: Servers, target: str, mock: str, workdir: Path) -> tuple[Any, str]:
+    """One target on the serving core; its descendants (Evolvable's writer) moved to the other core."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/v1"
+    pin = ["taskset", "-c", str(SERVING_CORE)]
+    if target == FLOOR:
+        command = [sys.executable, str(Path(__file__).parent / "proxy_overhead.py"), "asgi", "--port", str(port)]
+        proc = servers.start([*pin, *command, "--upstream", mock], f"{url}/models", log="floor")
+    else:
+        ablate = target.removeprefix(f"{EVOLVABLE} without ") if target != EVOLVABLE else ""
+        env = {"EVOLVABLE_ABLATE": ablate, "PYTHONPATH": os.pathsep.join(filter(None, [str(PROBE), _pythonpath()]))}
+        tag = ablate or "whole"
+        command = serve_command(mock, port, workdir / f"{tag}.db", workdir / f"spool-{tag}")
+        proc = servers.start([*pin, *command], f"{url}/proxy/status", env=env, log=f"evolvable-{tag}")
+        for child in _children(proc.pid):
+            os.sched_setaffinity(child, {OTHER_CORE})
+    return proc, f"{url}/chat/completions"
+
+
+def _pythonpath() -> str:
+    return os.environ.get("PYTHONPATH", "")
+
+
+def run_round(targets: list[str], concurrencies: list[int], duration: float, workdir: Path) -> dict[str, Any]:
+    """Each target started in turn: its serving process's CPU per call and latency at each concurrency."""
+    out: dict[str, Any] = {}
+    servers = Servers(workdir)
+    try:
+        mock_port = free_port()
+        mock = f"http://127.0.0.1:{mock_port}/v1"
+        servers.start([sys.executable, str(Path(__file__).parent / "mock_upstream.py"), "--port", str(mock_port)],
+                      f"{mock}/models", log="mock")  # fmt: skip
+        for target in targets:
+            proc, url = _start(servers, target, mock, workdir)
+            measure_raw(url, max(concurrencies), False, 2.0, None)  # warm-up
+            for concurrency in concurrencies:
+                before = cpu_seconds(proc.pid, descendants=False)
+                raw = measure_raw(url, concurrency, False, duration, None)
+                spent = cpu_seconds(proc.pid, descendants=False) - before
+                calls = len(raw["ttlb"])
+                if raw["errors"] or not calls:
+                    raise SystemExit(f"{target} at c={concurrency}: {raw['errors']} errors, {calls} calls")
+                out.setdefault(target, {})[str(concurrency)] = {
+                    "cpu_us_per_call": spent / calls * 1e6,
+                    "p50_ms": pct(raw["ttlb"], 50),  # (the load generator reports milliseconds)
+                    "p99_ms": pct(raw["ttlb"], 99),
+                    "calls": calls,
+                }
+            servers.stop(proc)
+    finally:
+        servers.stop_all()
+    return out
+
+
+def summarize(rounds: list[dict[str, Any]], targets: list[str], concurrencies: list[int]) -> dict[str, Any]:
+    """Per concurrency and target: medians over rounds, and the difference from the floor and the whole proxy."""
+    summary: dict[str, Any] = {}
+    for concurrency in map(str, concurrencies):
+        cells = {}
+        for target in targets:
+            figures = [r[target][concurrency] for r in rounds]
+            cells[target] = {
+                key: statistics.median(f[key] for f in figures) for key in ("cpu_us_per_call", "p50_ms", "p99_ms")
+            }
+            cells[target]["cpu_us_rounds"] = [round(f["cpu_us_per_call"], 1) for f in figures]
+        floor, whole = cells[FLOOR]["cpu_us_per_call"], cells[EVOLVABLE]["cpu_us_per_call"]
+        for cell in cells.values():
+            cell["over_floor_us"] = cell["cpu_us_per_call"] - floor
+            cell["saved_us"] = whole - cell["cpu_us_per_call"]
+        summary[concurrency] = cells
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--duration", type=float, default=5.0, help="Seconds measured per cell.")
+    parser.add_argument("--concurrency", default="1,16")
+    parser.add_argument("--ablate", default=",".join(ABLATIONS), help="Pieces to take out, one target each.")
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    if len(os.sched_getaffinity(0)) < 2:
+        raise SystemExit("needs two cores: one for the serving process, one for everything else")
+    concurrencies = [int(c) for c in args.concurrency.split(",")]
+    targets = [FLOOR, EVOLVABLE, *(f"{EVOLVABLE} without {p}" for p in args.ablate.split(",") if p)]
+    os.sched_setaffinity(0, {OTHER_CORE})  # the mock upstream and the load generators inherit it
+    rounds = []
+    with LoadMonitor() as monitor, tempfile.TemporaryDirectory() as tmp:
+        for round_ in range(args.rounds):
+            order = targets if round_ % 2 == 0 else targets[::-1]
+            rounds.append(run_round(order, concurrencies, args.duration, Path(tmp)))
+    load = monitor.summary()
+    summary = summarize(rounds, targets, concurrencies)
+    for concurrency, cells in summary.items():
+        print(f"\nserving process CPU per call, c={concurrency} (median of {args.rounds} rounds; pinned to one core)")
+        print(f"{'target':34}{'us/call':>9}{'over floor':>12}{'saved':>8}{'p50 ms':>8}{'p99 ms':>8}  rounds")
+        for target, cell in cells.items():
+            print(
+                f"{target:34}{cell['cpu_us_per_call']:>9.1f}{cell['over_floor_us']:>12.1f}{cell['saved_us']:>8.1f}"
+                f"{cell['p50_ms']:>8.2f}{cell['p99_ms']:>8.2f}  {cell['cpu_us_rounds']}"
+            )
+    print(describe(load))
+    write_results(args.results, "serving_ablation", load, duration_s=args.duration, rounds=rounds, summary=summary)
+
+
+if __name__ == "__main__":
+    main()
