@@ -7,7 +7,10 @@ On PYTHONPATH with `EVOLVABLE_ABLATE` naming pieces (comma-separated), the serve
 - `metrics`: requests are not counted or timed (the `observed` wrapper calls the app directly);
 - `read-deadline`: no per-request read deadline is armed (uvicorn's own protocol behaviour);
 - `writer`: records are spooled as usual, but the capture writer applies none (they stay in the spool), which
-  tells the spool write on the request path from the writer's work beside it.
+  tells the spool write on the request path from the writer's work beside it;
+- `store`: the writer reads, converts and governs every record as usual, but stores none (its checkpoint moves on),
+  which tells its CPU work from its database's;
+- `wal-checkpoint`: SQLite's background WAL checkpoints are not run (the WAL grows until its backstop).
 
 A probe, not a configuration: each ablation drops something the product needs. What the served proxy then
 costs less, measured in place, is what that piece costs there (`hot_path_cpu.py` times pieces in a tight loop,
@@ -18,7 +21,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-ABLATIONS = ("capture", "spool-write", "metrics", "read-deadline", "writer")
+ABLATIONS = ("capture", "spool-write", "metrics", "read-deadline", "writer", "store", "wal-checkpoint")
 
 
 def install(pieces: set[str]) -> None:
@@ -55,6 +58,17 @@ def install(pieces: set[str]) -> None:
         slow_clients.DeadlineHttpToolsProtocol._arm_read_deadline = lambda self: None  # type: ignore[method-assign]
     if "writer" in pieces:
         writer.BackgroundWriter.cycle = lambda self: 0  # type: ignore[method-assign]
+    if "store" in pieces:
+
+        def governed_only(self: Any, items: list[Any]) -> None:
+            runs = {item.record.trajectory_id: run for item in items if (run := item.record.run()) is not None}
+            self.governor.govern([e for item in items for e in item.events], runs)
+
+        writer.BackgroundWriter._apply_together = governed_only  # type: ignore[method-assign]
+    if "wal-checkpoint" in pieces:
+        from evolvable.store import engine
+
+        engine._Checkpointer.nudge = lambda self: None  # type: ignore[method-assign]
 
 
 _pieces = {p for p in os.environ.get("EVOLVABLE_ABLATE", "").split(",") if p}

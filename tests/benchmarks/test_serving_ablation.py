@@ -14,6 +14,7 @@ from evolvable.proxy import app as proxy_app
 from evolvable.proxy import metrics, records, slow_clients
 from evolvable.proxy.runtime import ProxyRuntime
 from evolvable.proxy.writer import BackgroundWriter
+from evolvable.store import engine as store_engine
 
 
 def _probe(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
@@ -24,6 +25,8 @@ def _probe(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     arm = slow_clients.DeadlineHttpToolsProtocol._arm_read_deadline
     monkeypatch.setattr(slow_clients.DeadlineHttpToolsProtocol, "_arm_read_deadline", arm)
     monkeypatch.setattr(BackgroundWriter, "cycle", BackgroundWriter.cycle)
+    monkeypatch.setattr(BackgroundWriter, "_apply_together", BackgroundWriter._apply_together)
+    monkeypatch.setattr(store_engine._Checkpointer, "nudge", store_engine._Checkpointer.nudge)
     monkeypatch.delenv("EVOLVABLE_ABLATE", raising=False)
     probe = BENCHMARKS / "serving_ablation" / "sitecustomize.py"
     spec = importlib.util.spec_from_file_location("serving_ablation_probe", probe)
@@ -57,6 +60,33 @@ def test_each_ablation_replaces_only_its_piece(monkeypatch: pytest.MonkeyPatch) 
     probe.install({"writer"})
     assert BackgroundWriter.cycle is not cycle and BackgroundWriter.cycle(None) == 0  # type: ignore[arg-type]
     assert slow_clients.DeadlineHttpToolsProtocol._arm_read_deadline is not arm
+
+    apply_together, nudge = BackgroundWriter._apply_together, store_engine._Checkpointer.nudge
+    probe.install({"wal-checkpoint"})
+    assert store_engine._Checkpointer.nudge is not nudge and BackgroundWriter._apply_together is apply_together
+
+    governed: list[object] = []
+
+    class Governor:
+        def govern(self, events: list[object], runs: dict[str, object]) -> list[object]:
+            governed.extend(events)
+            return events
+
+    class Record:
+        trajectory_id = "traj_1"
+
+        def run(self) -> None:
+            return None
+
+    class Item:
+        record, events = Record(), ["start", "step"]
+
+    class Writer:
+        governor = Governor()
+
+    probe.install({"store"})
+    BackgroundWriter._apply_together(Writer(), [Item()])  # type: ignore[arg-type]
+    assert governed == ["start", "step"]  # governed as usual, stored nowhere (the fake has no store)
 
     probe.install({"capture"})
     assert asyncio.run(ProxyRuntime.spool_record(None, "another")) is True  # type: ignore[arg-type]
