@@ -36,7 +36,7 @@ RESULTS = Path(__file__).parent / "results" / "serving_ablation.json"
 PROBE = Path(__file__).parent / "serving_ablation"
 FLOOR = "asgi floor"
 EVOLVABLE = "evolvable"
-ABLATIONS = ("capture", "spool-write", "metrics", "read-deadline", "writer", "store", "wal-checkpoint")
+ABLATIONS = ("capture", "spool-write", "metrics", "read-deadline", "writer", "store", "wal-checkpoint", "writer-group")
 SERVING_CORE, OTHER_CORE = 0, 1
 
 

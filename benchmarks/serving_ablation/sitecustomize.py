@@ -10,7 +10,9 @@ On PYTHONPATH with `EVOLVABLE_ABLATE` naming pieces (comma-separated), the serve
   tells the spool write on the request path from the writer's work beside it;
 - `store`: the writer reads, converts and governs every record as usual, but stores none (its checkpoint moves on),
   which tells its CPU work from its database's;
-- `wal-checkpoint`: SQLite's background WAL checkpoints are not run (the WAL grows until its backstop).
+- `wal-checkpoint`: SQLite's background WAL checkpoints are not run (the WAL grows until its backstop);
+- `writer-group`: not an ablation but a change: the writer runs in a session of its own with its autogroup reniced,
+  so that where the kernel groups processes by session its `nice` holds against every process, not only the proxy.
 
 A probe, not a configuration: each ablation drops something the product needs. What the served proxy then
 costs less, measured in place, is what that piece costs there (`hot_path_cpu.py` times pieces in a tight loop,
@@ -21,7 +23,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-ABLATIONS = ("capture", "spool-write", "metrics", "read-deadline", "writer", "store", "wal-checkpoint")
+ABLATIONS = ("capture", "spool-write", "metrics", "read-deadline", "writer", "store", "wal-checkpoint", "writer-group")
 
 
 def install(pieces: set[str]) -> None:
@@ -65,6 +67,16 @@ def install(pieces: set[str]) -> None:
             self.governor.govern([e for item in items for e in item.events], runs)
 
         writer.BackgroundWriter._apply_together = governed_only  # type: ignore[method-assign]
+    if "writer-group" in pieces:
+        child_main = writer._child_main
+
+        def in_own_group(*args: Any) -> None:
+            os.setsid()
+            with open("/proc/self/autogroup", "w") as group:
+                group.write(f"{args[-1]}\n")  # (`nice`, the last argument)
+            child_main(*args)
+
+        writer._child_main = in_own_group
     if "wal-checkpoint" in pieces:
         from evolvable.store import engine
 

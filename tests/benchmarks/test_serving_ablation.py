@@ -12,6 +12,7 @@ from tests.benchmarks.loading import BENCHMARKS, load_benchmark
 
 from evolvable.proxy import app as proxy_app
 from evolvable.proxy import metrics, records, slow_clients
+from evolvable.proxy import writer as writer_module
 from evolvable.proxy.runtime import ProxyRuntime
 from evolvable.proxy.writer import BackgroundWriter
 from evolvable.store import engine as store_engine
@@ -25,6 +26,7 @@ def _probe(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     arm = slow_clients.DeadlineHttpToolsProtocol._arm_read_deadline
     monkeypatch.setattr(slow_clients.DeadlineHttpToolsProtocol, "_arm_read_deadline", arm)
     monkeypatch.setattr(BackgroundWriter, "cycle", BackgroundWriter.cycle)
+    monkeypatch.setattr(writer_module, "_child_main", writer_module._child_main)
     monkeypatch.setattr(BackgroundWriter, "_apply_together", BackgroundWriter._apply_together)
     monkeypatch.setattr(store_engine._Checkpointer, "nudge", store_engine._Checkpointer.nudge)
     monkeypatch.delenv("EVOLVABLE_ABLATE", raising=False)
@@ -87,6 +89,10 @@ def test_each_ablation_replaces_only_its_piece(monkeypatch: pytest.MonkeyPatch) 
     probe.install({"store"})
     BackgroundWriter._apply_together(Writer(), [Item()])  # type: ignore[arg-type]
     assert governed == ["start", "step"]  # governed as usual, stored nowhere (the fake has no store)
+
+    child_main = writer_module._child_main
+    probe.install({"writer-group"})
+    assert writer_module._child_main is not child_main  # (what it does runs in a forked child: not called here)
 
     probe.install({"capture"})
     assert asyncio.run(ProxyRuntime.spool_record(None, "another")) is True  # type: ignore[arg-type]
