@@ -20,12 +20,14 @@ import platform
 import sys
 import threading
 import time
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 PACKAGES = (
     "evolvable",
@@ -130,6 +132,15 @@ def in_round_order(versions: dict[str, T], round_: int) -> list[tuple[str, T]]:
     round, because the first run of a round can be the slower one (docs/PERFORMANCE.md, session 12), which a
     fixed order would book to one side."""
     return list(versions.items())[:: -1 if round_ % 2 else 1]
+
+
+def run_alternately(versions: dict[str, T], rounds: int, run: Callable[[T], R]) -> dict[str, list[R]]:
+    """`run` of each version once per round, in `in_round_order`: each version's results, round by round."""
+    runs: dict[str, list[R]] = {name: [] for name in versions}
+    for round_ in range(rounds):
+        for name, version in in_round_order(versions, round_):
+            runs[name].append(run(version))
+    return runs
 
 
 def runnable_outside(root_pid: int) -> int | None:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_env import LoadMonitor, describe, in_round_order, tree_env, write_results
+from bench_env import LoadMonitor, describe, run_alternately, tree_env, write_results
 
 RESULTS = Path(__file__).parent / "results" / "capture_cpu.json"
 MESSAGES = [
@@ -280,11 +280,10 @@ def main() -> None:
     versions: dict[str, Path | None] = {"current": None}
     if args.baseline_src is not None:
         versions = {args.baseline_label: args.baseline_src, "current": None}
-    runs: dict[str, list[dict[str, Any]]] = {v: [] for v in versions}
     with LoadMonitor() as monitor:
-        for round_ in range(args.rounds):
-            for label, src in in_round_order(versions, round_):
-                runs[label].append(spawn(args.calls, src, args.one_call, args.tokens, args.gc))
+        runs = run_alternately(
+            versions, args.rounds, lambda src: spawn(args.calls, src, args.one_call, args.tokens, args.gc)
+        )
     load = monitor.summary()
     best = {label: {k: min(r[k] for r in rs) for k in rs[0]} for label, rs in runs.items()}
     stages = (*STAGES, "total_us_per_call", "record_bytes")

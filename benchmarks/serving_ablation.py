@@ -29,7 +29,7 @@ from typing import Any
 from evolvable.policy_server.launcher import free_port
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_env import LoadMonitor, describe, serve_command, write_results
+from bench_env import LoadMonitor, describe, in_round_order, serve_command, write_results
 from proxy_overhead import Servers, cpu_seconds, measure_raw, pct
 
 RESULTS = Path(__file__).parent / "results" / "serving_ablation.json"
@@ -37,6 +37,8 @@ PROBE = Path(__file__).parent / "serving_ablation"
 FLOOR = "asgi floor"
 EVOLVABLE = "evolvable"
 ABLATIONS = ("capture", "spool-write", "metrics", "read-deadline", "writer", "store", "wal-checkpoint", "writer-group")
+CHANGES = {"writer-group"}
+"""Probe pieces that change something rather than take it out."""
 SERVING_CORE, OTHER_CORE = 0, 1
 
 
@@ -47,17 +49,24 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _start(servers: Servers, target: str, mock: str, workdir: Path) -> tuple[Any, str]:
-    """One target on the serving core; its descendants (Evolvable's writer) moved to the other core."""
+def _targets(pieces: list[str]) -> dict[str, str | None]:
+    """Each target's name and what the probe does to it: None for the floor, "" for Evolvable as it is."""
+    named = {f"{EVOLVABLE} {'with' if p in CHANGES else 'without'} {p}": p for p in pieces}
+    return {FLOOR: None, EVOLVABLE: "", **named}
+
+
+def _start(servers: Servers, ablate: str | None, mock: str, workdir: Path) -> tuple[Any, str]:
+    """One target on the serving core (`ablate`: see `_targets`); its descendants (Evolvable's writer) moved to the
+    other core."""
     port = free_port()
     url = f"http://127.0.0.1:{port}/v1"
     pin = ["taskset", "-c", str(SERVING_CORE)]
-    if target == FLOOR:
+    if ablate is None:
         command = [sys.executable, str(Path(__file__).parent / "proxy_overhead.py"), "asgi", "--port", str(port)]
         proc = servers.start([*pin, *command, "--upstream", mock], f"{url}/models", log="floor")
     else:
-        ablate = target.removeprefix(f"{EVOLVABLE} without ") if target != EVOLVABLE else ""
-        env = {"EVOLVABLE_ABLATE": ablate, "PYTHONPATH": os.pathsep.join(filter(None, [str(PROBE), _pythonpath()]))}
+        path = os.pathsep.join(filter(None, [str(PROBE), os.environ.get("PYTHONPATH")]))
+        env = {"EVOLVABLE_ABLATE": ablate, "PYTHONPATH": path}
         tag = ablate or "whole"
         command = serve_command(mock, port, workdir / f"{tag}.db", workdir / f"spool-{tag}")
         proc = servers.start([*pin, *command], f"{url}/proxy/status", env=env, log=f"evolvable-{tag}")
@@ -66,11 +75,9 @@ def _start(servers: Servers, target: str, mock: str, workdir: Path) -> tuple[Any
     return proc, f"{url}/chat/completions"
 
 
-def _pythonpath() -> str:
-    return os.environ.get("PYTHONPATH", "")
-
-
-def run_round(targets: list[str], concurrencies: list[int], duration: float, workdir: Path) -> dict[str, Any]:
+def run_round(
+    targets: list[tuple[str, str | None]], concurrencies: list[int], duration: float, workdir: Path
+) -> dict[str, Any]:
     """Each target started in turn: its serving process's CPU per call and latency at each concurrency."""
     out: dict[str, Any] = {}
     servers = Servers(workdir)
@@ -79,8 +86,8 @@ def run_round(targets: list[str], concurrencies: list[int], duration: float, wor
         mock = f"http://127.0.0.1:{mock_port}/v1"
         servers.start([sys.executable, str(Path(__file__).parent / "mock_upstream.py"), "--port", str(mock_port)],
                       f"{mock}/models", log="mock")  # fmt: skip
-        for target in targets:
-            proc, url = _start(servers, target, mock, workdir)
+        for target, ablate in targets:
+            proc, url = _start(servers, ablate, mock, workdir)
             measure_raw(url, max(concurrencies), False, 2.0, None)  # warm-up
             for concurrency in concurrencies:
                 before = cpu_seconds(proc.pid, descendants=False)
@@ -125,21 +132,20 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=float, default=5.0, help="Seconds measured per cell.")
     parser.add_argument("--concurrency", default="1,16")
-    parser.add_argument("--ablate", default=",".join(ABLATIONS), help="Pieces to take out, one target each.")
+    parser.add_argument("--ablate", default=",".join(ABLATIONS), help="Probe pieces, one target each.")
     parser.add_argument("--results", type=Path, default=RESULTS)
     args = parser.parse_args()
     if len(os.sched_getaffinity(0)) < 2:
         raise SystemExit("needs two cores: one for the serving process, one for everything else")
     concurrencies = [int(c) for c in args.concurrency.split(",")]
-    targets = [FLOOR, EVOLVABLE, *(f"{EVOLVABLE} without {p}" for p in args.ablate.split(",") if p)]
+    targets = _targets([p for p in args.ablate.split(",") if p])
     os.sched_setaffinity(0, {OTHER_CORE})  # the mock upstream and the load generators inherit it
     rounds = []
     with LoadMonitor() as monitor, tempfile.TemporaryDirectory() as tmp:
         for round_ in range(args.rounds):
-            order = targets if round_ % 2 == 0 else targets[::-1]
-            rounds.append(run_round(order, concurrencies, args.duration, Path(tmp)))
+            rounds.append(run_round(in_round_order(targets, round_), concurrencies, args.duration, Path(tmp)))
     load = monitor.summary()
-    summary = summarize(rounds, targets, concurrencies)
+    summary = summarize(rounds, list(targets), concurrencies)
     for concurrency, cells in summary.items():
         print(f"\nserving process CPU per call, c={concurrency} (median of {args.rounds} rounds; pinned to one core)")
         print(f"{'target':34}{'us/call':>9}{'over floor':>12}{'saved':>8}{'p50 ms':>8}{'p99 ms':>8}  rounds")

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from rich.console import Console
 from rich.table import Table
 
-from bench_env import LoadMonitor, describe, in_round_order, tree_env, write_results
+from bench_env import LoadMonitor, describe, run_alternately, tree_env, write_results
 from mock_upstream import STREAM_CHUNKS
 
 RESULTS = Path(__file__).parent / "results" / "stream_assembly.json"
@@ -91,11 +91,8 @@ def main() -> None:
     versions: dict[str, Path | None] = {"current": None}
     if args.baseline_src is not None:
         versions["baseline"] = args.baseline_src
-    runs: dict[str, list[dict[str, Any]]] = {v: [] for v in versions}
     with LoadMonitor() as monitor:
-        for round_ in range(args.rounds):
-            for version, src in in_round_order(versions, round_):
-                runs[version].append(spawn(src))
+        runs = run_alternately(versions, args.rounds, spawn)
     load = monitor.summary()
     best = {v: {s: min(r[s]["us_per_stream"] for r in runs[v]) for s in STREAMS} for v in versions}
     same = all(

@@ -28,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from bench_env import LoadMonitor, describe, in_round_order, tree_env, write_results
+from bench_env import LoadMonitor, describe, run_alternately, tree_env, write_results
 from capture_cpu import frame_calls, reply_bytes
 
 RESULTS = Path(__file__).parent / "results" / "writer_backlog.json"
@@ -99,14 +99,15 @@ def main() -> None:
     versions: dict[str, Path | None] = {"current": None}
     if args.baseline_src is not None:
         versions["baseline"] = args.baseline_src
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in versions}
+
+    def drain_in_worker(src: Path | None) -> dict[str, Any]:
+        command = [sys.executable, __file__, "--worker", "--calls", str(args.calls)]
+        out = subprocess.run(command, env=tree_env(src, HF_HUB_OFFLINE="1"), check=True, stdout=subprocess.PIPE)
+        figures: dict[str, Any] = json.loads(out.stdout)
+        return figures
+
     with LoadMonitor() as monitor:
-        for round_ in range(args.rounds):
-            for name, src in in_round_order(versions, round_):
-                command = [sys.executable, __file__, "--worker", "--calls", str(args.calls)]
-                env = tree_env(src, HF_HUB_OFFLINE="1")
-                out = subprocess.run(command, env=env, check=True, stdout=subprocess.PIPE).stdout
-                runs[name].append(json.loads(out))
+        runs = run_alternately(versions, args.rounds, drain_in_worker)
     load = monitor.summary()
     best = {name: min(r["us_per_record"] for r in rounds) for name, rounds in runs.items()}
     read = {name: min(r["kb_read_per_record"] for r in rounds) for name, rounds in runs.items()}

@@ -1,5 +1,6 @@
 """Every benchmark's load record says how fast the machine ran Python at the start and the end of the run, which
-the load average cannot show (a virtual machine's cores slowed by a busy host)."""
+the load average cannot show (a virtual machine's cores slowed by a busy host); side-by-side runs take turns going
+first."""
 
 from __future__ import annotations
 
@@ -25,3 +26,19 @@ def test_load_records_without_a_probe_still_describe() -> None:
     assert bench_env.speed_probe_ms(repeats=1) > 0
     line = bench_env.describe({"min": 0.1, "mean": 0.2, "max": 0.3, "cpus": 2})
     assert line.endswith("2 cores") and "speed probe" not in line
+
+
+def test_alternate_runs_give_each_version_every_round_and_each_goes_first_in_turn() -> None:
+    bench_env = load_benchmark("bench_env")
+    order: list[str] = []
+
+    def run(version: str) -> str:
+        order.append(version)
+        return f"{version} run {order.count(version)}"
+
+    runs = bench_env.run_alternately({"current": "current", "baseline": "baseline"}, 3, run)
+    assert runs == {
+        "current": ["current run 1", "current run 2", "current run 3"],
+        "baseline": ["baseline run 1", "baseline run 2", "baseline run 3"],
+    }
+    assert order == ["current", "baseline", "baseline", "current", "current", "baseline"]

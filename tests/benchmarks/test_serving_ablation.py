@@ -121,3 +121,13 @@ def test_the_summary_compares_each_target_with_the_floor_and_the_whole_proxy() -
     assert summary[ablation.EVOLVABLE]["over_floor_us"] == 60
     assert summary[targets[2]]["saved_us"] == 30
     assert summary[targets[2]]["cpu_us_rounds"] == [150, 140, 130]
+
+
+def test_targets_say_whether_a_piece_is_taken_out_or_changed() -> None:
+    ablation = load_benchmark("serving_ablation")
+    assert ablation._targets(["capture", "writer-group"]) == {
+        ablation.FLOOR: None,
+        ablation.EVOLVABLE: "",
+        "evolvable without capture": "capture",
+        "evolvable with writer-group": "writer-group",
+    }
