@@ -14,6 +14,7 @@ runs are comparable in absolute terms only where their probes agree.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -47,6 +48,11 @@ PACKAGES = (
 )
 
 
+MAX_STEAL_SHARE = 0.03
+"""The most hypervisor steal (a share of all CPU time) under which a run counts as quiet: an idle virtual machine
+here shows about 1%, a neighbour's burst 5-14%."""
+
+
 class LoadMonitor:
     """Samples the machine's load while a benchmark runs: the 1-minute load average, and how many tasks
     outside the benchmark's own process tree were running or runnable (the load other jobs cause).
@@ -62,9 +68,12 @@ class LoadMonitor:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, name="load-monitor", daemon=True)
         self.speed_probe_ms: list[float] = []
+        self._steal_from: dict[int, float] = {}
+        self._started = self._steal = self._elapsed = 0.0
 
     def __enter__(self) -> LoadMonitor:
         self.speed_probe_ms.append(speed_probe_ms())
+        self._steal_from, self._started = steal_seconds(), time.monotonic()
         self._take()
         self._thread.start()
         return self
@@ -75,6 +84,8 @@ class LoadMonitor:
         self._stop.set()
         self._thread.join()
         self._take()
+        self._steal = sum(steal_seconds().values()) - sum(self._steal_from.values())
+        self._elapsed = time.monotonic() - self._started
         self.speed_probe_ms.append(speed_probe_ms())
 
     def _sample(self) -> None:
@@ -99,7 +110,23 @@ class LoadMonitor:
             "samples": len(self.load_samples),
             "cpus": os.cpu_count(),
             "speed_probe_ms": self.speed_probe_ms or None,
+            "steal_share": self._steal / (self._elapsed * len(self._steal_from))
+            if self._elapsed and self._steal_from
+            else None,
         }
+
+
+def steal_seconds() -> dict[int, float]:
+    """Per CPU, the time its virtual CPU was runnable but the hypervisor ran something else (/proc/stat's
+    `steal`; empty off Linux): latency no scheduling inside this machine can remove."""
+    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    steal: dict[int, float] = {}
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/stat").read_text().splitlines():
+            name, *fields = line.split()
+            if name.startswith("cpu") and name != "cpu" and len(fields) > 7:
+                steal[int(name[3:])] = int(fields[7]) / ticks
+    return steal
 
 
 def speed_probe_ms(repeats: int = 5) -> float:
@@ -181,6 +208,8 @@ def describe(load: dict[str, Any]) -> str:
     probe = load.get("speed_probe_ms")
     if probe:
         line += f"; speed probe {' -> '.join(f'{ms:.0f}' for ms in probe)} ms (lower is faster)"
+    if load.get("steal_share") is not None:
+        line += f"; hypervisor steal {load['steal_share']:.1%} of CPU time"
     return line + f"; {load['cpus']} cores"
 
 
@@ -188,7 +217,8 @@ def verdict_blocked(load: dict[str, Any]) -> str | None:
     """Why no target verdict should be printed for a run under this load, or None if it may be.
 
     Blocked when other jobs kept more tasks runnable than there are cores, on average; where that
-    cannot be observed, when the load average itself exceeded the core count.
+    cannot be observed, when the load average itself exceeded the core count. Blocked too when the hypervisor
+    took more than `MAX_STEAL_SHARE` of the CPU time: the machine was not quiet, whatever ran inside it.
     """
     cpus = load["cpus"] or 1
     others = load.get("other_jobs_runnable_mean")
@@ -197,6 +227,12 @@ def verdict_blocked(load: dict[str, Any]) -> str | None:
         return (
             f"no target verdict: {what} {busy:.1f} tasks runnable on {cpus} cores during the run "
             f"(load average {load['min']:.1f}-{load['max']:.1f}); rerun on a quieter machine"
+        )
+    steal = load.get("steal_share")
+    if steal is not None and steal > MAX_STEAL_SHARE:
+        return (
+            f"no target verdict: the hypervisor took {steal:.1%} of the CPU time during the run (steal; at most "
+            f"{MAX_STEAL_SHARE:.0%} for a verdict); rerun when the host is quieter"
         )
     return None
 

@@ -9,7 +9,9 @@ capture writer to the other, so the figure is the serving process's own (Linux o
 
 Each round starts every target fresh, in an order that alternates between rounds, warms it for two seconds, then
 runs a closed loop at each concurrency for `--duration` seconds. Read the medians over rounds; this machine's speed
-drifts by 10-20% between runs.
+drifts by 10-20% between runs. Beside the serving process's CPU and latency, each cell records the writer's CPU per
+call, how long the mock upstream (on the writer's core) waited runnable for it, and each core's hypervisor steal:
+a cell that lost a tenth of its CPU time to the host is slow for every target.
 
     .venv/bin/python benchmarks/serving_ablation.py [--rounds 3] [--duration 5] [--concurrency 1,16]
 
@@ -23,23 +25,34 @@ import os
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 from evolvable.policy_server.launcher import free_port
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_env import LoadMonitor, describe, in_round_order, serve_command, write_results
-from proxy_overhead import Servers, cpu_seconds, measure_raw, pct
+from bench_env import LoadMonitor, describe, in_round_order, serve_command, steal_seconds, write_results
+from proxy_overhead import Servers, cpu_seconds, measure_raw, pct, runqueue_seconds
 
 RESULTS = Path(__file__).parent / "results" / "serving_ablation.json"
 PROBE = Path(__file__).parent / "serving_ablation"
 FLOOR = "asgi floor"
 EVOLVABLE = "evolvable"
 ABLATIONS = ("capture", "spool-write", "metrics", "read-deadline", "writer", "store", "wal-checkpoint", "writer-group")
-CHANGES = {"writer-group"}
+"""The targets run by default (`--ablate` also takes the probe's experiments, e.g. `writer-spin`, `writer-slice`)."""
+CHANGES = {"writer-group", "writer-spin", "writer-slice", "writer-yield", "writer-sched-idle"}
 """Probe pieces that change something rather than take it out."""
 SERVING_CORE, OTHER_CORE = 0, 1
+FIGURES = (
+    "cpu_us_per_call",
+    "p50_ms",
+    "p99_ms",
+    "writer_cpu_us_per_call",
+    "upstream_wait_us_per_call",
+    "serving_core_steal_ms_per_s",
+    "other_core_steal_ms_per_s",
+)
 
 
 def _children(pid: int) -> list[int]:
@@ -75,6 +88,21 @@ def _start(servers: Servers, ablate: str | None, mock: str, workdir: Path) -> tu
     return proc, f"{url}/chat/completions"
 
 
+def _counters(serving_pid: int, upstream_pid: int) -> tuple[float, float, float, float, float]:
+    """CPU seconds of the serving process and of its descendants (the writer); the seconds the mock upstream on
+    the other core has waited runnable for a core (how long the writer kept it waiting); and each core's
+    hypervisor steal (its virtual CPU runnable, the host running something else)."""
+    serving = cpu_seconds(serving_pid, descendants=False)
+    steal = steal_seconds()
+    return (
+        serving,
+        cpu_seconds(serving_pid) - serving,
+        runqueue_seconds(upstream_pid),
+        steal.get(SERVING_CORE, 0.0),
+        steal.get(OTHER_CORE, 0.0),
+    )
+
+
 def run_round(
     targets: list[tuple[str, str | None]], concurrencies: list[int], duration: float, workdir: Path
 ) -> dict[str, Any]:
@@ -84,20 +112,29 @@ def run_round(
     try:
         mock_port = free_port()
         mock = f"http://127.0.0.1:{mock_port}/v1"
-        servers.start([sys.executable, str(Path(__file__).parent / "mock_upstream.py"), "--port", str(mock_port)],
-                      f"{mock}/models", log="mock")  # fmt: skip
+        upstream = servers.start(
+            [sys.executable, str(Path(__file__).parent / "mock_upstream.py"), "--port", str(mock_port)],
+            f"{mock}/models", log="mock",
+        )  # fmt: skip
         for target, ablate in targets:
             proc, url = _start(servers, ablate, mock, workdir)
             measure_raw(url, max(concurrencies), False, 2.0, None)  # warm-up
             for concurrency in concurrencies:
-                before = cpu_seconds(proc.pid, descendants=False)
+                before, started = _counters(proc.pid, upstream.pid), time.monotonic()
                 raw = measure_raw(url, concurrency, False, duration, None)
-                spent = cpu_seconds(proc.pid, descendants=False) - before
+                wall = time.monotonic() - started
+                spent, writer_spent, upstream_waited, serving_stolen, other_stolen = (
+                    after - then for after, then in zip(_counters(proc.pid, upstream.pid), before, strict=True)
+                )
                 calls = len(raw["ttlb"])
                 if raw["errors"] or not calls:
                     raise SystemExit(f"{target} at c={concurrency}: {raw['errors']} errors, {calls} calls")
                 out.setdefault(target, {})[str(concurrency)] = {
                     "cpu_us_per_call": spent / calls * 1e6,
+                    "writer_cpu_us_per_call": writer_spent / calls * 1e6,
+                    "upstream_wait_us_per_call": upstream_waited / calls * 1e6,
+                    "serving_core_steal_ms_per_s": serving_stolen / wall * 1e3,
+                    "other_core_steal_ms_per_s": other_stolen / wall * 1e3,
                     "p50_ms": pct(raw["ttlb"], 50),  # (the load generator reports milliseconds)
                     "p99_ms": pct(raw["ttlb"], 99),
                     "calls": calls,
@@ -115,9 +152,7 @@ def summarize(rounds: list[dict[str, Any]], targets: list[str], concurrencies: l
         cells = {}
         for target in targets:
             figures = [r[target][concurrency] for r in rounds]
-            cells[target] = {
-                key: statistics.median(f[key] for f in figures) for key in ("cpu_us_per_call", "p50_ms", "p99_ms")
-            }
+            cells[target] = {key: statistics.median(f.get(key, 0.0) for f in figures) for key in FIGURES}
             cells[target]["cpu_us_rounds"] = [round(f["cpu_us_per_call"], 1) for f in figures]
         floor, whole = cells[FLOOR]["cpu_us_per_call"], cells[EVOLVABLE]["cpu_us_per_call"]
         for cell in cells.values():
@@ -148,11 +183,17 @@ def main() -> None:
     summary = summarize(rounds, list(targets), concurrencies)
     for concurrency, cells in summary.items():
         print(f"\nserving process CPU per call, c={concurrency} (median of {args.rounds} rounds; pinned to one core)")
-        print(f"{'target':34}{'us/call':>9}{'over floor':>12}{'saved':>8}{'p50 ms':>8}{'p99 ms':>8}  rounds")
+        print(
+            f"{'target':34}{'us/call':>9}{'over floor':>12}{'saved':>8}{'p50 ms':>8}{'p99 ms':>8}"
+            f"{'writer us':>10}{'upstream wait us':>18}{'steal ms/s':>12}  rounds"
+        )
         for target, cell in cells.items():
             print(
                 f"{target:34}{cell['cpu_us_per_call']:>9.1f}{cell['over_floor_us']:>12.1f}{cell['saved_us']:>8.1f}"
-                f"{cell['p50_ms']:>8.2f}{cell['p99_ms']:>8.2f}  {cell['cpu_us_rounds']}"
+                f"{cell['p50_ms']:>8.2f}{cell['p99_ms']:>8.2f}{cell['writer_cpu_us_per_call']:>10.1f}"
+                f"{cell['upstream_wait_us_per_call']:>18.1f}"
+                f"{cell['serving_core_steal_ms_per_s']:>6.1f}/{cell['other_core_steal_ms_per_s']:<5.1f}"
+                f"  {cell['cpu_us_rounds']}"
             )
     print(describe(load))
     write_results(args.results, "serving_ablation", load, duration_s=args.duration, rounds=rounds, summary=summary)

@@ -42,3 +42,26 @@ def test_alternate_runs_give_each_version_every_round_and_each_goes_first_in_tur
         "baseline": ["baseline run 1", "baseline run 2", "baseline run 3"],
     }
     assert order == ["current", "baseline", "baseline", "current", "current", "baseline"]
+
+
+def test_the_load_record_says_how_much_cpu_time_the_hypervisor_took() -> None:
+    bench_env = load_benchmark("bench_env")
+    before = bench_env.steal_seconds()
+    assert before and set(before) <= set(range(64)) and all(s >= 0 for s in before.values())
+    with bench_env.LoadMonitor(interval_s=0.05) as monitor:
+        time.sleep(0.1)
+    load = monitor.summary()
+    assert 0 <= load["steal_share"] <= 1
+    assert all(bench_env.steal_seconds()[cpu] >= stolen for cpu, stolen in before.items())
+    assert "hypervisor steal" in bench_env.describe(load)
+
+
+def test_a_run_the_hypervisor_took_cpu_time_from_gets_no_verdict() -> None:
+    bench_env = load_benchmark("bench_env")
+    quiet = {"min": 0.1, "mean": 0.2, "max": 0.3, "cpus": 2, "other_jobs_runnable_mean": 0.1}
+    assert bench_env.verdict_blocked({**quiet, "steal_share": bench_env.MAX_STEAL_SHARE / 2}) is None
+    assert bench_env.verdict_blocked(quiet) is None  # (records from before steal was measured)
+    blocked = bench_env.verdict_blocked({**quiet, "steal_share": 0.12})
+    assert blocked is not None and "12.0%" in blocked and "hypervisor" in blocked
+    busy = {**quiet, "other_jobs_runnable_mean": 3.0, "steal_share": 0.0}
+    assert "tasks runnable" in (bench_env.verdict_blocked(busy) or "")

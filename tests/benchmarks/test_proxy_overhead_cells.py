@@ -34,3 +34,20 @@ def test_the_writer_sleep_an_evolvable_config_sets_is_the_one_judged(tmp_path: P
     reason = bench.transient_cells(default_enough, config)
     assert reason is not None and "writer_idle_s 2.0" in reason
     assert bench.transient_cells(bench.WRITER_WAKES_PER_CELL * 2.0, config) is None
+
+
+def test_a_cell_the_hypervisor_took_cpu_time_from_blocks_the_verdict() -> None:
+    """Steal comes in bursts: one cell can lose a tenth of its CPU time while the run as a whole looks quiet."""
+    bench = _benchmark()
+    runs = [
+        {"ttlb": [1.0, 2.0], "ttfb": [1.0, 2.0], "errors": 0, "elapsed_s": 5.0, "overhead_header": [],
+         "steal_s": 0.4, "wall_s": 5.0},
+        {"ttlb": [1.0], "ttfb": [1.0], "errors": 0, "elapsed_s": 5.0, "overhead_header": [],
+         "steal_s": 0.6, "wall_s": 5.0},
+    ]  # fmt: skip
+    cell = {"target": "bare pass-through", "concurrency": 1, "stream": False, **bench.summarize(runs)}
+    assert cell["steal_ms_per_s"] == 100.0  # both cores together: 5% of two cores' time
+    quiet = {**cell, "steal_ms_per_s": bench.MAX_STEAL_SHARE * 2 * 1000 * 0.9, "stream": True}
+    assert bench.stolen_cells([quiet], cpus=2) is None
+    reason = bench.stolen_cells([quiet, cell], cpus=2)
+    assert reason is not None and "bare pass-through c=1 (5.0%)" in reason and "stream" not in reason

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-from types import ModuleType
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
 
 import pytest
 from tests.benchmarks.loading import BENCHMARKS, load_benchmark
@@ -14,6 +15,7 @@ from evolvable.proxy import app as proxy_app
 from evolvable.proxy import metrics, records, slow_clients
 from evolvable.proxy import writer as writer_module
 from evolvable.proxy.runtime import ProxyRuntime
+from evolvable.proxy.spool import Spool
 from evolvable.proxy.writer import BackgroundWriter
 from evolvable.store import engine as store_engine
 
@@ -26,6 +28,7 @@ def _probe(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     arm = slow_clients.DeadlineHttpToolsProtocol._arm_read_deadline
     monkeypatch.setattr(slow_clients.DeadlineHttpToolsProtocol, "_arm_read_deadline", arm)
     monkeypatch.setattr(BackgroundWriter, "cycle", BackgroundWriter.cycle)
+    monkeypatch.setattr(BackgroundWriter, "run", BackgroundWriter.run)
     monkeypatch.setattr(writer_module, "_child_main", writer_module._child_main)
     monkeypatch.setattr(BackgroundWriter, "_apply_together", BackgroundWriter._apply_together)
     monkeypatch.setattr(store_engine._Checkpointer, "nudge", store_engine._Checkpointer.nudge)
@@ -97,6 +100,35 @@ def test_each_ablation_replaces_only_its_piece(monkeypatch: pytest.MonkeyPatch) 
     probe.install({"capture"})
     assert asyncio.run(ProxyRuntime.spool_record(None, "another")) is True  # type: ignore[arg-type]
     assert encoded == ["a record"]  # not even encoded
+
+
+def test_the_spinning_writer_reads_and_checkpoints_what_it_stands_in_for(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    probe = _probe(monkeypatch)
+    monkeypatch.setenv("EVOLVABLE_SPIN_US", "1")
+    cycle, apply_together = BackgroundWriter.cycle, BackgroundWriter._apply_together
+    probe.install({"writer-spin"})
+    assert BackgroundWriter.cycle is not cycle and BackgroundWriter._apply_together is apply_together
+    with Spool(tmp_path / "spool", fsync="none") as spool:
+        for n in range(5):
+            assert spool.append_nowait(f"record {n}".encode())
+        assert spool.wait_written(5, 10) is not None
+        writer = SimpleNamespace(reader=spool.reader, batch_size=3)
+        assert BackgroundWriter.cycle(writer) == 3  # type: ignore[arg-type]
+        assert BackgroundWriter.cycle(writer) == 2  # type: ignore[arg-type]
+        assert BackgroundWriter.cycle(writer) == 0  # type: ignore[arg-type]
+        assert spool.reader.read(spool.reader.load_checkpoint(), 10)[0] == []
+
+
+def test_the_short_slice_is_asked_for_before_the_writer_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    probe = _probe(monkeypatch)
+    calls: list[object] = []
+    monkeypatch.setattr(BackgroundWriter, "run", lambda self, should_stop: calls.append("run"))
+    monkeypatch.setattr(probe, "set_slice", lambda runtime_ns: calls.append(runtime_ns))
+    probe.install({"writer-slice"})
+    BackgroundWriter.run(None, lambda: True)  # type: ignore[arg-type]
+    assert calls == [probe.SLICE_NS, "run"]
 
 
 def test_an_unknown_piece_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
