@@ -50,7 +50,7 @@ PACKAGES = (
 
 MAX_STEAL_SHARE = 0.03
 """The most hypervisor steal (a share of all CPU time) under which a run counts as quiet: an idle virtual machine
-here shows about 1%, a neighbour's burst 5-14%."""
+here shows about 1% idle, and benchmark cells on a contended host lost up to 25%."""
 
 
 class LoadMonitor:

@@ -14,13 +14,13 @@ On PYTHONPATH with `EVOLVABLE_ABLATE` naming pieces (comma-separated), the serve
 - `writer-group`: not an ablation but a change: the writer runs in a session of its own with its autogroup reniced,
   so that where the kernel groups processes by session its `nice` holds against every process, not only the proxy.
 - `writer-spin`: a stand-in: the writer reads and checkpoints records as usual but, instead of applying them, spins
-  on the CPU for `EVOLVABLE_SPIN_US` (default 100) microseconds per record, touching no memory: its CPU time and
-  bursts without its memory traffic or system calls;
+  for `EVOLVABLE_SPIN_US` (default 100) microseconds of wall time per record, touching no memory: bursts of CPU
+  time like the writer's, without its memory traffic or system calls (preempted, it spins for less CPU time);
 - `writer-yield`: a change: the writer applies batches of at most 16 records and yields its core
   (`sched_yield`) after each, so it never holds a core for more than about one batch;
 - `writer-sched-idle`: a change: the writer runs under SCHED_IDLE (it runs only when its core has nothing else);
-- `writer-slice`: a change: the writer asks for a 100 us EEVDF slice (`sched_setattr`, Linux 6.6 and later), so a
-  process woken on its core waits at most that long for it.
+- `writer-slice`: a change: the writer asks for a 100 us EEVDF slice (`sched_setattr`; Linux 6.12 and later,
+  x86-64), so a process woken on its core waits at most that long for it.
 
 A probe, not a configuration: each ablation drops something the product needs. What the served proxy then
 costs less, measured in place, is what that piece costs there (`hot_path_cpu.py` times pieces in a tight loop,
@@ -29,6 +29,7 @@ where caches stay warm)."""
 from __future__ import annotations
 
 import os
+import platform
 import time
 from typing import Any
 
@@ -140,7 +141,7 @@ def install(pieces: set[str]) -> None:
 
 
 def _spinning_cycle(self: Any) -> int:
-    """`BackgroundWriter.cycle` with the records' work replaced by a busy loop of the same length per record."""
+    """`BackgroundWriter.cycle` with the records' work replaced by `EVOLVABLE_SPIN_US` of busy loop per record."""
     spin_s = float(os.environ.get("EVOLVABLE_SPIN_US", "100")) / 1e6
     with self.reader.cycle_lock():
         start = self.reader.load_checkpoint()
@@ -171,6 +172,8 @@ def set_slice(runtime_ns: int) -> None:
             ("util_max", ctypes.c_uint32),
         ]
 
+    if platform.machine() != "x86_64":
+        raise SystemExit(f"writer-slice calls x86-64's sched_setattr; this machine is {platform.machine()}")
     nice = os.getpriority(os.PRIO_PROCESS, 0)
     attr = SchedAttr(size=ctypes.sizeof(SchedAttr), sched_policy=0, sched_nice=nice, sched_runtime=runtime_ns)
     libc = ctypes.CDLL(None, use_errno=True)
