@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_env import LoadMonitor, describe, tree_env, write_results
+from bench_env import LoadMonitor, describe, run_alternately, tree_env, write_results
 from mock_upstream import COMPLETION as REPLY
 from proxy_overhead import REQUEST
 
@@ -172,13 +172,17 @@ def main() -> None:
     versions: dict[str, Path | None] = {"current": None}
     if args.baseline_src is not None:
         versions["baseline"] = args.baseline_src
-    runs: dict[str, list[float]] = {name: [] for name in versions}
     with LoadMonitor() as monitor, Progress(console=Console(stderr=True)) as progress:
         task = progress.add_task("rounds", total=args.rounds * len(versions))
-        for _ in range(args.rounds):
-            for name, src in versions.items():  # alternating: drift in the machine's speed hits both alike
-                runs[name] += spawn(src, args.calls, args.concurrency)
-                progress.advance(task)
+
+        def one_process(src: Path | None) -> list[float]:
+            figures = spawn(src, args.calls, args.concurrency)
+            progress.advance(task)
+            return figures
+
+        # each version goes first in every other round: drift in the machine's speed hits both alike
+        by_process = run_alternately(versions, args.rounds, one_process)
+    runs = {name: [us for figures in processes for us in figures] for name, processes in by_process.items()}
     load = monitor.summary()
     summary = {name: {"min_us": min(v), "median_us": statistics.median(v), "rounds_us": v} for name, v in runs.items()}
     table = Table(title=f"Evolvable's CPU per call on the serving thread, c={args.concurrency}")
