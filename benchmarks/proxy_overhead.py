@@ -738,7 +738,8 @@ def print_table(results: dict[str, Any], title: str = "Proxy overhead") -> None:
     load = results.get("load_average")
     if load is not None:
         console.print(describe(load))
-    blocked = verdict_blocked(load) if load is not None else None
+    # the reason `main` recorded (load, short cells or stolen cells), else the load's own
+    blocked = results.get("verdict") or (verdict_blocked(load) if load is not None else None)
     for key, value in results.get("checks", {}).items():
         if blocked is not None and key.startswith("target_"):
             continue

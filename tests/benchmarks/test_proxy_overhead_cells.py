@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import ModuleType
 
+import pytest
 from tests.benchmarks.loading import load_benchmark
 
 from evolvable.proxy.config import ProxyConfig
@@ -51,3 +52,18 @@ def test_a_cell_the_hypervisor_took_cpu_time_from_blocks_the_verdict() -> None:
     assert bench.stolen_cells([quiet], cpus=2) is None
     reason = bench.stolen_cells([quiet, cell], cpus=2)
     assert reason is not None and "bare pass-through c=1 (5.0%)" in reason and "stream" not in reason
+
+
+def test_the_printed_report_gives_the_recorded_reason_for_withholding_the_verdict(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A verdict withheld for stolen or short cells (not the load as a whole) is said in the report, not only in
+    the JSON."""
+    bench = _benchmark()
+    load = {"min": 0.2, "mean": 0.5, "max": 0.9, "cpus": 2, "other_jobs_runnable_mean": 0.1}
+    load["other_jobs_runnable_max"] = 1
+    reason = "no target verdict: the hypervisor took more than 3% of the CPU time in bare pass-through c=1 (7.2%)"
+    results = {"cells": [], "checks": {"added_p99_c1_over_bare": 1.2}, "load_average": load, "verdict": reason}
+    bench.print_table(results)
+    printed = capsys.readouterr().out
+    assert "bare pass-through c=1 (7.2%)" in printed and "added_p99_c1_over_bare: 1.200" in printed
