@@ -152,7 +152,7 @@ def summarize(rounds: list[dict[str, Any]], targets: list[str], concurrencies: l
         cells = {}
         for target in targets:
             figures = [r[target][concurrency] for r in rounds]
-            cells[target] = {key: statistics.median(f.get(key, 0.0) for f in figures) for key in FIGURES}
+            cells[target] = {key: statistics.median(f[key] for f in figures) for key in FIGURES}
             cells[target]["cpu_us_rounds"] = [round(f["cpu_us_per_call"], 1) for f in figures]
         floor, whole = cells[FLOOR]["cpu_us_per_call"], cells[EVOLVABLE]["cpu_us_per_call"]
         for cell in cells.values():

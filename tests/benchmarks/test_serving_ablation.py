@@ -141,7 +141,8 @@ def test_the_summary_compares_each_target_with_the_floor_and_the_whole_proxy() -
     targets = [ablation.FLOOR, ablation.EVOLVABLE, "evolvable without capture"]
 
     def cell(cpu: float) -> dict[str, float]:
-        return {"cpu_us_per_call": cpu, "p50_ms": 1.0, "p99_ms": 2.0, "calls": 100}
+        figures = {key: 0.5 for key in ablation.FIGURES}
+        return {**figures, "cpu_us_per_call": cpu, "p50_ms": 1.0, "p99_ms": 2.0, "calls": 100}
 
     rounds = [
         {ablation.FLOOR: {"1": cell(100)}, ablation.EVOLVABLE: {"1": cell(180)}, targets[2]: {"1": cell(150)}},
