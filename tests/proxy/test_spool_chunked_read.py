@@ -86,6 +86,7 @@ def test_chunked_reads_return_what_whole_reads_do(tmp_path: Path, seed: int, cap
     _write_spool(directory, rng)
     reader = SpoolReader(directory)
     reader.read_chunk_bytes = rng.choice([1, 5, 8, 13, 64, 1000, 4096, 1 << 20])
+    reader.min_first_read_bytes = rng.choice([1, 16, 4096, 64 << 10])  # (a batch's first read follows the mean)
     position = (1, 0)
     for _ in range(200):  # a writer's cycles: a batch, its checkpoint, the next batch from there
         max_records = rng.choice([1, 3, 16, 256])
@@ -138,3 +139,38 @@ def test_a_batch_reads_only_the_chunks_its_records_need(tmp_path: Path, monkeypa
     records, _ = reader.read(position, 256)
     assert records == payloads[16:272]
     assert sum(sizes) <= 64 * 1024 * 10
+
+
+def test_a_small_batch_reads_about_what_its_records_take_not_a_whole_chunk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = tmp_path / "spool"
+    directory.mkdir()
+    payloads = [bytes([i % 256]) * 2000 for i in range(1000)]  # about 2 MB in one segment
+    segment_path(directory, 1).write_bytes(b"".join(frame(p) for p in payloads))
+    reader = SpoolReader(directory)  # (1 MB chunks, 64 kB first reads at least)
+    sizes: list[int] = []
+    real_open = open
+
+    def counted_open(path: Path, mode: str) -> object:
+        handle = real_open(path, mode)
+        read = handle.read
+
+        def counted_read(n: int = -1) -> bytes:
+            data: bytes = read(n)
+            sizes.append(len(data))
+            return data
+
+        handle.read = counted_read
+        return handle
+
+    monkeypatch.setattr(spool, "open", counted_open, raising=False)
+    records, position = reader.read((1, 0), 4)  # no frame seen yet: a whole chunk
+    assert records == payloads[:4] and sizes == [1 << 20]
+    sizes.clear()
+    records, position = reader.read(position, 4)  # 4 frames of 2 kB: the smallest first read
+    assert records == payloads[4:8] and sizes == [64 << 10]
+    sizes.clear()
+    records, _ = reader.read(position, 200)  # 200 of them: about 1.25 times what they take, in one read
+    assert records == payloads[8:208]
+    assert len(sizes) == 1 and 200 * 2008 <= sizes[0] <= 1.3 * 200 * 2008

@@ -193,6 +193,10 @@ def _insert_new(conn: sa.Connection, table: sa.Table, rows: Sequence[dict[str, A
 
 def _existing(conn: sa.Connection, ids: Sequence[str]) -> dict[str, sa.Row[Any]]:
     out: dict[str, sa.Row[Any]] = {}
+    if conn.dialect.name == "sqlite" and not sqlite_bulk.existing_keys(conn, trajectories.c.id, ids):
+        # The usual case, a batch of new runs: one plain statement says so. The full rows go through a
+        # compiled SELECT with an expanding IN list, which SQLAlchemy expands anew for every batch.
+        return out
     for part in chunked(ids):
         for row in conn.execute(_statements(conn.dialect.name)["existing"], {"ids": list(part)}):
             out[row.id] = row
@@ -201,6 +205,8 @@ def _existing(conn: sa.Connection, ids: Sequence[str]) -> dict[str, sa.Row[Any]]
 
 def _purged(conn: sa.Connection, missing: Sequence[str]) -> set[str]:
     """Of trajectories that do not exist, those deleted on purpose (`delete_trajectories` leaves a tombstone)."""
+    if conn.dialect.name == "sqlite":
+        return sqlite_bulk.existing_keys(conn, purged_trajectories.c.id, missing)
     out: set[str] = set()
     for part in chunked(missing):
         out.update(conn.scalars(_statements(conn.dialect.name)["purged"], {"ids": list(part)}))
