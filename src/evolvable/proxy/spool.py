@@ -147,6 +147,7 @@ class SpoolReader:
     read_chunk_bytes = 1 << 20
     """How much of a segment one read takes (records are a few kB; a bigger one spans reads)."""
     min_first_read_bytes = 64 << 10
+    """The least a batch's first read takes (see `_first_read`)."""
 
     def __init__(self, directory: Path, *, fsync: bool = True) -> None:
         self.directory = Path(directory)

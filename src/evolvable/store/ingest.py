@@ -193,10 +193,11 @@ def _insert_new(conn: sa.Connection, table: sa.Table, rows: Sequence[dict[str, A
 
 def _existing(conn: sa.Connection, ids: Sequence[str]) -> dict[str, sa.Row[Any]]:
     out: dict[str, sa.Row[Any]] = {}
-    if conn.dialect.name == "sqlite" and not sqlite_bulk.existing_keys(conn, trajectories.c.id, ids):
-        # The usual case, a batch of new runs: one plain statement says so. The full rows go through a
-        # compiled SELECT with an expanding IN list, which SQLAlchemy expands anew for every batch.
-        return out
+    if conn.dialect.name == "sqlite":
+        # One plain statement says which exist; a batch of new runs (the usual case) needs no more. The full rows
+        # go through a compiled SELECT with an expanding IN list, which SQLAlchemy expands anew for every batch.
+        found = sqlite_bulk.existing_keys(conn, trajectories.c.id, ids)
+        ids = [tid for tid in ids if tid in found]
     for part in chunked(ids):
         for row in conn.execute(_statements(conn.dialect.name)["existing"], {"ids": list(part)}):
             out[row.id] = row
