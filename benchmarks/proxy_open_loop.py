@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -34,8 +34,8 @@ from typing import Any
 from evolvable.policy_server.launcher import free_port
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_env import LoadMonitor, describe, serve_command, steal_seconds, write_results
-from proxy_overhead import EVOLVABLE, REQUEST, Servers, cpu_seconds, pct, wait_capture_drained
+from bench_env import LoadMonitor, describe, serve_command, write_results
+from proxy_overhead import EVOLVABLE, REQUEST, Servers, measured_cell, pct, source_env
 
 RESULTS = Path(__file__).parent / "results" / "proxy_open_loop.json"
 BASELINE = "evolvable baseline"
@@ -177,12 +177,10 @@ def orchestrate(
             if name == BASELINE and src is None:
                 continue
             port = free_port()
-            paths = [str(src), os.environ.get("PYTHONPATH")] if src else []
-            env = {"PYTHONPATH": os.pathsep.join(filter(None, paths))} if src else None
             proc = servers.start(
                 serve_command(mock, port, workdir / f"{tag}.db", workdir / f"spool-{tag}"),
                 f"http://127.0.0.1:{port}/v1/proxy/status",
-                env=env,
+                env=source_env(src),
                 log=tag,
             )
             targets[name] = (f"http://127.0.0.1:{port}/v1/chat/completions", proc.pid, port)
@@ -195,15 +193,8 @@ def orchestrate(
                     order = list(targets) if round_ % 2 == 0 else list(reversed(targets))
                     for name in order:
                         url, pid, port = targets[name]
-                        cpu0 = cpu_seconds(pid) if pid else 0.0
-                        steal0, wall0 = sum(steal_seconds().values()), time.monotonic()
-                        run = measure(url, rate, duration_s / rounds, stream)
-                        if port is not None:
-                            wait_capture_drained(port)  # (its CPU in this cell; no backlog into the next)
-                        run["steal_s"] = sum(steal_seconds().values()) - steal0
-                        run["wall_s"] = time.monotonic() - wall0
-                        run["cpu_s"] = (cpu_seconds(pid) - cpu0) if pid else None
-                        runs[(name, rate)].append(run)
+                        load = functools.partial(measure, url, rate, duration_s / rounds, stream)
+                        runs[(name, rate)].append(measured_cell(load, pid, port))
                     progress.advance(task)
     finally:
         servers.stop_all()

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -37,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -310,6 +312,35 @@ def wait_capture_drained(port: int, timeout_s: float = 60.0) -> float:
     return time.perf_counter() - start
 
 
+def measured_cell(load: Callable[[], dict[str, Any]], pid: int | None, drain_port: int | None) -> dict[str, Any]:
+    """One cell's run (`load`) with what it cost: the target's CPU (its serving process's own and its run-queue
+    wait too), the host's steal over the run, and, for an Evolvable target (`drain_port`), the wait until its
+    writer has applied the cell's calls. Capture finishes off the request path; it finishes here, so its CPU
+    counts for this cell and its backlog does not disturb the next measurement."""
+    cpu0 = cpu_seconds(pid) if pid else 0.0
+    own0 = cpu_seconds(pid, descendants=False) if pid else 0.0
+    wait0 = runqueue_seconds(pid) if pid else 0.0
+    steal0, wall0 = sum(steal_seconds().values()), time.monotonic()
+    run = load()
+    run["steal_s"] = sum(steal_seconds().values()) - steal0
+    run["wall_s"] = time.monotonic() - wall0
+    if drain_port is not None:
+        run["capture_drain_s"] = wait_capture_drained(drain_port)
+    run["cpu_s"] = (cpu_seconds(pid) - cpu0) if pid else None
+    run["own_cpu_s"] = (cpu_seconds(pid, descendants=False) - own0) if pid else None
+    run["runq_s"] = (runqueue_seconds(pid) - wait0) if pid else None
+    return run
+
+
+def source_env(src: Path | None) -> dict[str, str] | None:
+    """The environment for a server run from another tree's `src/` (first on PYTHONPATH); None for this one's."""
+    if src is None:
+        return None
+    return {
+        "PYTHONPATH": os.pathsep.join([str(src), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
+    }
+
+
 def measure_raw(url: str, concurrency: int, stream: bool, duration_s: float, auth: str | None) -> dict[str, Any]:
     """One closed-loop run in a fresh load-generator process; raw latencies."""
     cmd = [
@@ -474,8 +505,7 @@ def orchestrate(
             floor_target(ASGI_FLOOR, "asgi")
 
         def evolvable_target(name: str, port: int, tag: str, src: Path | None) -> None:
-            paths = [str(src), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))] if src else []
-            env = {"PYTHONPATH": os.pathsep.join(paths)} if src else None
+            env = source_env(src)
             evolvable_ports[name] = port
             targets.append(
                 (
@@ -542,22 +572,9 @@ def orchestrate(
                         progress.update(task, description=f"c={c} {'stream' if stream else 'plain'} round {r + 1}")
                         for name, url, auth, _starter in targets:
                             pid = pids.get(name) or (pids.get(EVOLVABLE) if name.startswith("evolvable ") else None)
-                            cpu0 = cpu_seconds(pid) if pid else 0.0
-                            own0 = cpu_seconds(pid, descendants=False) if pid else 0.0
-                            wait0 = runqueue_seconds(pid) if pid else 0.0
-                            steal0, wall0 = sum(steal_seconds().values()), time.monotonic()
-                            run = measure_raw(url, c, stream, duration_s / rounds, auth)
-                            run["steal_s"] = sum(steal_seconds().values()) - steal0
-                            run["wall_s"] = time.monotonic() - wall0
-                            if name.startswith("evolvable"):
-                                # Capture finishes off the request path; let it finish here, so its CPU counts
-                                # for this cell and its backlog does not disturb the next measurement.
-                                port = evolvable_ports.get(name, evo_port)
-                                run["capture_drain_s"] = wait_capture_drained(port)
-                            run["cpu_s"] = (cpu_seconds(pid) - cpu0) if pid else None
-                            run["own_cpu_s"] = (cpu_seconds(pid, descendants=False) - own0) if pid else None
-                            run["runq_s"] = (runqueue_seconds(pid) - wait0) if pid else None
-                            runs[name].append(run)
+                            port = evolvable_ports.get(name, evo_port) if name.startswith("evolvable") else None
+                            load = functools.partial(measure_raw, url, c, stream, duration_s / rounds, auth)
+                            runs[name].append(measured_cell(load, pid, port))
                         progress.advance(task)
                     for name, *_ in targets:
                         results["cells"].append(
