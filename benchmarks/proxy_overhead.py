@@ -18,7 +18,11 @@ changes under the same background load; `--no-wire` skips the Responses/Messages
 per request (and, of it, the serving process's own: the rest is Evolvable's capture writer), each proxy's
 run-queue wait per request (schedstat: runnable, but no core) is reported. `--asgi-floor` adds the
 pass-through as a bare ASGI app on Evolvable's server stack (uvicorn, httptools, uvloop, aiohttp client),
-which tells the stack's cost from Evolvable's own work.
+which tells the stack's cost from Evolvable's own work. `--writer-paused` adds the same Evolvable process with its
+capture writer stopped (SIGSTOP) while each of its cells runs and resumed after it, before the drain: the latency
+a writer that cost nothing on the request path's cores would give (its CPU still counts, the drain's included, and
+every call is still stored). A second table says where both cores went in each cell: the serving process, the
+writer, the load generator, and the share of the machine left idle (none: the cores, not the proxy, bound it).
 
 Writes benchmarks/results/proxy_overhead.json (`--results PATH` for another file) and prints a Rich table.
 """
@@ -31,6 +35,7 @@ import contextlib
 import functools
 import json
 import os
+import resource
 import shutil
 import signal
 import statistics
@@ -38,7 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +67,7 @@ MASTER_KEY = "sk-bench-master"
 EVOLVABLE = "evolvable (capture on)"
 BASELINE = "evolvable baseline"
 ASGI_FLOOR = "asgi pass-through"
+WRITER_PAUSED = "evolvable (writer paused)"
 """`--baseline-src DIR`: the same proxy run from another source tree (DIR is its `src/`), in the same rounds."""
 REQUEST = {
     "model": "mock",
@@ -275,16 +281,57 @@ def cpu_seconds(pid: int, *, descendants: bool = True) -> float:
     """User + system CPU of a process and, by default, its descendants (Linux /proc), e.g. Evolvable's
     writer process; `descendants=False` gives the serving process alone."""
     ticks = os.sysconf("SC_CLK_TCK")
-    total, stack = 0.0, [pid]
-    while stack:
-        current = stack.pop()
+    total = 0.0
+    for current in [pid, *descendant_pids(pid)] if descendants else [pid]:
         with contextlib.suppress(OSError, ValueError, IndexError):
             fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
             total += (int(fields[11]) + int(fields[12])) / ticks
-            if descendants:
-                for task in Path(f"/proc/{current}/task").iterdir():
-                    stack += [int(c) for c in (task / "children").read_text().split()]
     return total
+
+
+def descendant_pids(pid: int) -> list[int]:
+    """The processes below `pid` (any of its threads' children, theirs, ...), e.g. Evolvable's capture writer."""
+    found: list[int] = []
+    stack = [pid]
+    while stack:
+        current = stack.pop()
+        with contextlib.suppress(OSError, ValueError):
+            for task in Path(f"/proc/{current}/task").iterdir():
+                children = [int(c) for c in (task / "children").read_text().split()]
+                found += children
+                stack += children
+    return found
+
+
+def machine_seconds() -> tuple[float, float]:
+    """CPU seconds of all cores so far, (busy, idle): /proc/stat's user, nice, system, irq and softirq, and its idle
+    and iowait (steal is neither: the host's); (0, 0) off Linux."""
+    with contextlib.suppress(OSError, ValueError):
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]]
+        ticks = os.sysconf("SC_CLK_TCK")
+        user, nice, system, idle, iowait, irq, softirq = fields
+        return (user + nice + system + irq + softirq) / ticks, (idle + iowait) / ticks
+    return 0.0, 0.0
+
+
+def waited_children_cpu_seconds() -> float:
+    """CPU seconds of this process's children that have exited and been waited for: each cell's load generator."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+@contextlib.contextmanager
+def stopped(pids: list[int]) -> Iterator[None]:
+    """`pids` stopped (SIGSTOP) for the block and resumed after it, whatever happens in it."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
 
 
 def runqueue_seconds(pid: int) -> float:
@@ -312,18 +359,27 @@ def wait_capture_drained(port: int, timeout_s: float = 60.0) -> float:
     return time.perf_counter() - start
 
 
-def measured_cell(load: Callable[[], dict[str, Any]], pid: int | None, drain_port: int | None) -> dict[str, Any]:
+def measured_cell(
+    load: Callable[[], dict[str, Any]], pid: int | None, drain_port: int | None, *, pause_writer: bool = False
+) -> dict[str, Any]:
     """One cell's run (`load`) with what it cost: the target's CPU (its serving process's own and its run-queue
-    wait too), the host's steal over the run, and, for an Evolvable target (`drain_port`), the wait until its
-    writer has applied the cell's calls. Capture finishes off the request path; it finishes here, so its CPU
-    counts for this cell and its backlog does not disturb the next measurement."""
+    wait too), the host's steal over the run, the load generator's CPU and how busy the whole machine was, and, for
+    an Evolvable target (`drain_port`), the wait until its writer has applied the cell's calls. Capture finishes off
+    the request path; it finishes here, so its CPU counts for this cell and its backlog does not disturb the next
+    measurement. `pause_writer`: the target's child processes (Evolvable's writer) stopped while `load` runs."""
     cpu0 = cpu_seconds(pid) if pid else 0.0
     own0 = cpu_seconds(pid, descendants=False) if pid else 0.0
     wait0 = runqueue_seconds(pid) if pid else 0.0
+    paused = descendant_pids(pid) if pause_writer and pid else []
+    generator0, (busy0, idle0) = waited_children_cpu_seconds(), machine_seconds()
     steal0, wall0 = sum(steal_seconds().values()), time.monotonic()
-    run = load()
-    run["steal_s"] = sum(steal_seconds().values()) - steal0
-    run["wall_s"] = time.monotonic() - wall0
+    with stopped(paused):
+        run = load()
+        run["steal_s"] = sum(steal_seconds().values()) - steal0
+        run["wall_s"] = time.monotonic() - wall0
+        busy1, idle1 = machine_seconds()
+    run["machine_busy_s"], run["machine_idle_s"] = busy1 - busy0, idle1 - idle0
+    run["load_generator_cpu_s"] = waited_children_cpu_seconds() - generator0
     if drain_port is not None:
         run["capture_drain_s"] = wait_capture_drained(drain_port)
     run["cpu_s"] = (cpu_seconds(pid) - cpu0) if pid else None
@@ -391,6 +447,13 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         # The serving process alone; the rest is its child processes' (Evolvable's capture writer).
         own = [r["own_cpu_s"] for r in runs if r.get("own_cpu_s") is not None]
         summary["serving_process_cpu_ms_per_request"] = 1000 * sum(own) / requests
+    generator = [r["load_generator_cpu_s"] for r in runs if "load_generator_cpu_s" in r]
+    if generator and requests:
+        summary["load_generator_cpu_ms_per_request"] = 1000 * sum(generator) / requests
+    busy = sum(r.get("machine_busy_s", 0.0) for r in runs)
+    idle = sum(r.get("machine_idle_s", 0.0) for r in runs)
+    if busy + idle > 0:
+        summary["machine_idle_share"] = idle / (busy + idle)
     waits = [r["runq_s"] for r in runs if r.get("runq_s") is not None]
     if waits and requests:
         summary["proxy_runq_ms_per_request"] = 1000 * sum(waits) / requests
@@ -459,6 +522,7 @@ def orchestrate(
     baseline_src: Path | None = None,
     no_wire: bool = False,
     asgi_floor: bool = False,
+    writer_paused: bool = False,
 ) -> dict[str, Any]:
     from rich.console import Console
     from rich.progress import Progress
@@ -526,6 +590,8 @@ def orchestrate(
         evolvable_ports: dict[str, int] = {}
         evo_port = free_port()
         evolvable_target(EVOLVABLE, evo_port, "", None)
+        if writer_paused:  # the same process, its writer stopped during these cells
+            targets.append((WRITER_PAUSED, f"http://127.0.0.1:{evo_port}/v1/chat/completions", None, None))
         if baseline_src is not None:  # an earlier version, side by side in the same rounds
             evolvable_target(BASELINE, free_port(), "-baseline", baseline_src)
         for wire in () if no_wire else ("responses", "messages"):  # the same Evolvable process, through a wire adapter
@@ -574,7 +640,7 @@ def orchestrate(
                             pid = pids.get(name) or (pids.get(EVOLVABLE) if name.startswith("evolvable ") else None)
                             port = evolvable_ports.get(name, evo_port) if name.startswith("evolvable") else None
                             load = functools.partial(measure_raw, url, c, stream, duration_s / rounds, auth)
-                            runs[name].append(measured_cell(load, pid, port))
+                            runs[name].append(measured_cell(load, pid, port, pause_writer=name == WRITER_PAUSED))
                         progress.advance(task)
                     for name, *_ in targets:
                         results["cells"].append(
@@ -641,6 +707,11 @@ def add_deltas(results: dict[str, Any]) -> None:
         checks["evolvable_added_p50_c1_ms"] = by[(evo, 1, False)]["added_ttlb_p50"]
         checks["target_added_p50_c1_le_0.5ms"] = checks["evolvable_added_p50_c1_ms"] <= 0.5
     checks |= against_the_floor(by, evo, bare)
+    checks |= {  # what a writer costing nothing during the cells would give: figures, not verdicts
+        f"writer_paused_{key}": value
+        for key, value in against_the_floor(by, WRITER_PAUSED, bare).items()
+        if not key.startswith("target_") and not key.startswith("cpu_")
+    }
     if (evo, 16, False) in by and (lite, 16, False) in by:
         e, li = by[(evo, 16, False)]["added_ttlb_p99"], by[(lite, 16, False)]["added_ttlb_p99"]
         checks["litellm_over_evolvable_added_p99_c16"] = li / e if e > 0 else float("inf")
@@ -733,9 +804,7 @@ def print_table(results: dict[str, Any], title: str = "Proxy overhead") -> None:
         table.add_column(col, justify="right")
     for c in results["cells"]:
         table.add_row(
-            c["target"],
-            str(c["concurrency"]),
-            "yes" if c["stream"] else "no",
+            *cell_label(c),
             f"{c['ttlb_p50']:.2f}",
             f"{c['ttlb_p95']:.2f}",
             f"{c['ttlb_p99']:.2f}",
@@ -752,6 +821,7 @@ def print_table(results: dict[str, Any], title: str = "Proxy overhead") -> None:
         )
     console = Console(width=max(Console().width, 140))
     console.print(table)
+    console.print(cores_table(results["cells"]))
     load = results.get("load_average")
     if load is not None:
         console.print(describe(load))
@@ -763,6 +833,35 @@ def print_table(results: dict[str, Any], title: str = "Proxy overhead") -> None:
         console.print(f"{key}: {value:.3f}" if isinstance(value, float) else f"{key}: {value}")
     if blocked is not None:
         console.print(blocked)
+
+
+def cell_label(cell: dict[str, Any]) -> tuple[str, str, str]:
+    """A cell's first columns in both tables: its target, concurrency and whether it streams."""
+    return cell["target"], str(cell["concurrency"]), "yes" if cell["stream"] else "no"
+
+
+def cores_table(cells: list[dict[str, Any]]) -> Any:
+    """Where both cores went in each proxy's cells: CPU per request of its serving process, of its capture writer
+    (the rest of its CPU) and of the load generator, and the share of the machine's time left idle."""
+    from rich.table import Table
+
+    table = Table(title="Where the cores went (CPU ms per request; idle: share of all cores' time during the load)")
+    for col in ("target", "c", "stream", "serving", "writer", "load generator", "machine idle"):
+        table.add_column(col, justify="right")
+    for c in cells:
+        if "serving_process_cpu_ms_per_request" not in c:
+            continue
+        serving = c["serving_process_cpu_ms_per_request"]
+        generator = c.get("load_generator_cpu_ms_per_request")
+        idle = c.get("machine_idle_share")
+        table.add_row(
+            *cell_label(c),
+            f"{serving:.3f}",
+            f"{c['proxy_cpu_ms_per_request'] - serving:.3f}",
+            f"{generator:.3f}" if generator is not None else "",
+            f"{idle:.1%}" if idle is not None else "",
+        )
+    return table
 
 
 def main() -> None:
@@ -798,6 +897,11 @@ def main() -> None:
         action="store_true",
         help="Also measure the pass-through as a bare ASGI app on uvicorn: Evolvable's server stack without its work.",
     )
+    parser.add_argument(
+        "--writer-paused",
+        action="store_true",
+        help="Also measure Evolvable with its capture writer stopped during each cell (resumed and drained after).",
+    )
     args = parser.parse_args()
     if args.role == "bare":
         run_bare(args.port, args.upstream)
@@ -818,6 +922,7 @@ def main() -> None:
                 baseline_src=args.baseline_src,
                 no_wire=args.no_wire,
                 asgi_floor=args.asgi_floor,
+                writer_paused=args.writer_paused,
             )
         results["load_average"] = monitor.summary()
         results["environment"] = environment(results["load_average"])
