@@ -66,9 +66,10 @@ LITELLM_BIN = ROOT / ".venv-bench-litellm" / "bin" / "litellm"
 MASTER_KEY = "sk-bench-master"
 EVOLVABLE = "evolvable (capture on)"
 BASELINE = "evolvable baseline"
+"""`--baseline-src DIR`: the same proxy run from another source tree (DIR is its `src/`), in the same rounds."""
 ASGI_FLOOR = "asgi pass-through"
 WRITER_PAUSED = "evolvable (writer paused)"
-"""`--baseline-src DIR`: the same proxy run from another source tree (DIR is its `src/`), in the same rounds."""
+"""`--writer-paused`: Evolvable's process again, its capture writer stopped during each of these cells."""
 REQUEST = {
     "model": "mock",
     "messages": [
