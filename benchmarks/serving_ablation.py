@@ -33,7 +33,7 @@ from evolvable.policy_server.launcher import free_port
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_env import LoadMonitor, describe, in_round_order, serve_command, steal_seconds, write_results
-from proxy_overhead import Servers, cpu_seconds, measure_raw, pct, runqueue_seconds
+from proxy_overhead import Servers, cpu_seconds, descendant_pids, measure_raw, pct, runqueue_seconds
 
 RESULTS = Path(__file__).parent / "results" / "serving_ablation.json"
 PROBE = Path(__file__).parent / "serving_ablation"
@@ -53,13 +53,6 @@ FIGURES = (
     "serving_core_steal_ms_per_s",
     "other_core_steal_ms_per_s",
 )
-
-
-def _children(pid: int) -> list[int]:
-    found: list[int] = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        found += [int(c) for c in (task / "children").read_text().split()]
-    return found
 
 
 def _targets(pieces: list[str]) -> dict[str, str | None]:
@@ -83,7 +76,7 @@ def _start(servers: Servers, ablate: str | None, mock: str, workdir: Path) -> tu
         tag = ablate or "whole"
         command = serve_command(mock, port, workdir / f"{tag}.db", workdir / f"spool-{tag}")
         proc = servers.start([*pin, *command], f"{url}/proxy/status", env=env, log=f"evolvable-{tag}")
-        for child in _children(proc.pid):
+        for child in descendant_pids(proc.pid):
             os.sched_setaffinity(child, {OTHER_CORE})
     return proc, f"{url}/chat/completions"
 
