@@ -39,23 +39,24 @@ from capture_cpu import frame_calls, reply_bytes
 
 RESULTS = Path(__file__).parent / "results" / "writer_floor.json"
 BATCH = 256
-MODES = ("writer", "floor", "floor, checked")
+MODES = ("writer", "writer, events", "floor", "floor, checked")
+"""`writer`: as it ships (calls without a session as documents); `writer, events`: every record made into events."""
 
 
-def current_writer(store: Any) -> Callable[[list[bytes]], None]:
-    """What `BackgroundWriter.cycle` does with a batch: decode, convert, govern, apply."""
+def current_writer(store: Any, spool: Path, documents: bool = True) -> Callable[[list[bytes]], None]:
+    """What `BackgroundWriter.cycle` does with a batch it has read: decode, then govern and apply, through the
+    writer's own code. `documents`: calls without a session as documents (the default), else as events."""
     from evolvable.governance.wiring import Governance
-    from evolvable.proxy.capture import Converter
-    from evolvable.proxy.records import decode
+    from evolvable.proxy.sessions import SessionManager
+    from evolvable.proxy.spool import SpoolReader
+    from evolvable.proxy.writer import BackgroundWriter, WriterStats
 
     governor = Governance.for_store(store).governor
     governor.warm_up()
-    converter = Converter()
-
-    def apply(batch: list[bytes]) -> None:
-        store.apply_events(governor.govern([e for p in batch for e in converter.convert(decode(p))]))
-
-    return apply
+    writer = BackgroundWriter(
+        SpoolReader(spool), store, governor, SessionManager(store), WriterStats(), documents=documents
+    )
+    return writer.apply_batch
 
 
 def floor(
@@ -156,7 +157,10 @@ def run_worker(mode: str, calls: int) -> dict[str, Any]:
     replies = [reply_bytes(i, 0, 0) for i in range(calls + 64)]
     payloads = frame_calls(calls + 64, replies, one_call=True)
     with tempfile.TemporaryDirectory() as tmp, Store.open(f"sqlite:///{tmp}/floor.db") as store:
-        apply = current_writer(store) if mode == "writer" else floor(store, checked=mode == "floor, checked")
+        if mode.startswith("writer"):
+            apply = current_writer(store, Path(tmp) / "spool", documents=mode == "writer")
+        else:
+            apply = floor(store, checked=mode == "floor, checked")
         apply(payloads[:64])  # first-use caches out of the timed part
         gc.collect()
         gc.freeze()  # as the forked writer does first
@@ -194,7 +198,8 @@ def main() -> None:
     print(f"{'decode .. stored, batches of ' + str(BATCH):48}" + "".join(f"{best[m]:>16.1f}" for m in MODES))
     print(
         f"writer / floor: x{best['writer'] / best['floor']:.2f}; writer / checked floor: "
-        f"x{best['writer'] / best['floor, checked']:.2f}"
+        f"x{best['writer'] / best['floor, checked']:.2f}; events / documents: "
+        f"x{best['writer, events'] / best['writer']:.2f}"
     )
     print(describe(load))
     write_results(args.results, "writer_floor", load, calls=args.calls, best_us_per_call=best, runs=runs)

@@ -6,7 +6,7 @@ import pytest
 from tests.benchmarks.loading import load_benchmark
 
 
-@pytest.mark.parametrize("mode", ["writer", "floor", "floor, checked"])
+@pytest.mark.parametrize("mode", ["writer", "writer, events", "floor", "floor, checked"])
 def test_each_mode_stores_every_record(mode: str) -> None:
     figures = load_benchmark("writer_floor").run_worker(mode, 300)  # (not a whole number of batches)
     assert figures["stored_calls"] == 300

@@ -10,7 +10,14 @@ from evolvable.store import Store, TrajectoryFilter
 
 
 def test_all_lists_the_public_names() -> None:
-    assert sorted(evolvable.store.__all__) == ["InvalidCursor", "Store", "TrajectoryFilter", "events_of", "metadata"]
+    assert sorted(evolvable.store.__all__) == [
+        "InvalidCursor",
+        "RunDocuments",
+        "Store",
+        "TrajectoryFilter",
+        "events_of",
+        "metadata",
+    ]
     for name in evolvable.store.__all__:
         assert getattr(evolvable.store, name) is not None
 
@@ -19,6 +26,7 @@ def test_store_methods_and_parameters() -> None:
     expected = {
         "open": ["url", "migrate_schema"],
         "apply_events": ["events"],
+        "apply_runs": ["runs"],
         "put_trajectory": ["trajectory"],
         "get_trajectory": ["trajectory_id", "tenant_id"],
         "get_header": ["trajectory_id", "tenant_id"],

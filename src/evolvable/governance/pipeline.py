@@ -29,7 +29,7 @@ from evolvable.governance.audit import AuditAction, AuditLog
 from evolvable.governance.capture import drop_token_ids, mark_redaction_failed, strictest, strip_content
 from evolvable.governance.tenants import TenantDirectory
 from evolvable.protocol.models import CaptureMode, Event, LLMCallStep, RunCapture, StepAppended, TrajectoryStarted
-from evolvable.store import Store
+from evolvable.store import RunDocuments, Store
 from evolvable.telemetry import metrics
 
 if TYPE_CHECKING:
@@ -50,6 +50,18 @@ def _governed_events(mode: CaptureMode) -> Any:
 
 class EventRedactorLike(Protocol):
     def redact_events(self, events: list[Event]) -> list[Event]: ...
+
+
+def _default_redactor_type() -> type[Any]:
+    from evolvable.governance.redaction import EventRedactor
+
+    return EventRedactor
+
+
+def _flush_redaction_counts() -> None:
+    from evolvable.governance.redaction.engine import redaction_counts
+
+    redaction_counts.flush()
 
 
 def _llm_text(event: Any) -> bytes | None:
@@ -165,17 +177,7 @@ class Governor:
                 drop_token_ids(after) if not trusted and _llm_text(before) != _llm_text(after) else after
                 for before, after in zip(kept, redacted, strict=True)
             ]
-            if self._local.failed_stages:
-                for stage in sorted(set(self._local.failed_stages)):
-                    metrics.GOVERNANCE_FAILURES.labels(stage.split(":")[0]).inc()
-                # The engine already replaced the affected texts by markers; the log says where and why.
-                self.audit.record(
-                    AuditAction.redaction_failed,
-                    actor="system",
-                    tenant_id=tenant_id,
-                    target=f"trajectory:{trajectory_id}",
-                    details={"stages": sorted(set(self._local.failed_stages)), "events": len(batch)},
-                )
+            self._audit_failed_stages(trajectory_id, tenant_id, len(batch))
             return governed
         except Exception as err:  # fail closed on anything a stage raises
             metrics.GOVERNANCE_FAILURES.labels("governor").inc()
@@ -187,6 +189,61 @@ class Governor:
                 details={"error": type(err).__name__, "events": len(batch), "capture": mode.value},
             )
             return [drop_token_ids(mark_redaction_failed(e)) for e in batch]
+        finally:
+            self._local.failed_stages = None
+
+    def _audit_failed_stages(self, trajectory_id: str, tenant_id: str, events: int) -> None:
+        """The engine already replaced the texts a stage failed on by markers; the log says where and why."""
+        if not self._local.failed_stages:
+            return
+        for stage in sorted(set(self._local.failed_stages)):
+            metrics.GOVERNANCE_FAILURES.labels(stage.split(":")[0]).inc()
+        self.audit.record(
+            AuditAction.redaction_failed,
+            actor="system",
+            tenant_id=tenant_id,
+            target=f"trajectory:{trajectory_id}",
+            details={"stages": sorted(set(self._local.failed_stages)), "events": events},
+        )
+
+    # ------------------------------------------------------------------ finished runs as documents
+
+    def govern_documents(self, runs: Sequence[RunDocuments]) -> list[RunDocuments | None]:
+        """The runs to store, governed in place as `govern` governs their events; None for each run this cannot
+        take, which the caller then governs as events: a capture other than `full` (content stripped or dropped),
+        a custom redactor (it is given events), or a run whose redaction raised (the events' path fails closed)."""
+        redactor = self.redactor if self._redact else None
+        if redactor is not None and type(redactor) is not _default_redactor_type():
+            return [None] * len(runs)
+        out: list[RunDocuments | None] = []
+        governed = 0
+        try:
+            for run in runs:
+                policy = self.directory.policy_for(run.tenant_id)
+                if strictest([policy.capture_for(run.run.agent), run.run.capture]) != CaptureMode.full:
+                    out.append(None)
+                    continue
+                if redactor is not None and not self._redacted_run(redactor, run):
+                    out.append(None)
+                    continue
+                out.append(run)
+                governed += 1 + len(run.steps)
+        finally:
+            if redactor is not None:
+                _flush_redaction_counts()
+        if governed:
+            _governed_events(CaptureMode.full).inc(governed)
+        metrics.export_writer_snapshot()
+        return out
+
+    def _redacted_run(self, redactor: Any, run: RunDocuments) -> bool:
+        self._local.failed_stages = []
+        try:
+            redactor.redact_run(run)
+            self._audit_failed_stages(run.trajectory_id, run.tenant_id, 1 + len(run.steps))
+            return True
+        except Exception:  # the events' path redacts it again and fails closed, audited
+            return False
         finally:
             self._local.failed_stages = None
 

@@ -3,6 +3,7 @@ plugs in a RequestRewriter. The defaults below are what the proxy does without t
 
     Authenticator.authenticate(bearer) -> Principal | None      who is calling (None: 401)
     Governor.govern(events, runs) -> events                     spool -> store; must fail closed
+      .govern_documents(runs) -> runs | None each              optional: finished runs as documents
     RequestRewriter.prepare(ctx, body) -> RewriteResult         harness + routing for one call
 
 `prepare` may be a plain or an async method; the proxy awaits the result when it is awaitable.
@@ -10,12 +11,13 @@ plugs in a RequestRewriter. The defaults below are what the proxy does without t
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 from evolvable.protocol.models import Event, RunCapture
+from evolvable.store import RunDocuments
 
 
 class Role(StrEnum):
@@ -74,6 +76,17 @@ class Governor(Protocol):
         ...
 
 
+@runtime_checkable
+class DocumentGovernor(Protocol):
+    """A Governor that also governs finished runs given as documents (`store.RunDocuments`), which spares the
+    capture writer building events for its common record (`proxy.call_documents`)."""
+
+    def govern_documents(self, runs: Sequence[RunDocuments]) -> list[RunDocuments | None]:
+        """Each run governed (in place) as `govern` would govern its events, or None where the caller must hand
+        over its events instead."""
+        ...
+
+
 @dataclass
 class SessionContext:
     """What the rewriter knows about the call it prepares."""
@@ -126,6 +139,9 @@ class PassThroughGovernor:
 
     def govern(self, events: list[Event], runs: Mapping[str, RunCapture] | None = None) -> list[Event]:
         return events
+
+    def govern_documents(self, runs: Sequence[RunDocuments]) -> list[RunDocuments | None]:
+        return list(runs)
 
 
 class NoOpRewriter:

@@ -30,14 +30,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from evolvable.protocol.models import Event, VersionsNamed, utcnow
+from evolvable.proxy.call_documents import call_documents
 from evolvable.proxy.capture import Converter
 from evolvable.proxy.deadletter import DEFAULT_MAX_AGE_S, DeadLetter
-from evolvable.proxy.hooks import Governor
+from evolvable.proxy.hooks import DocumentGovernor, Governor
 from evolvable.proxy.records import AnyRecord, CallRecord, EndRecord
 from evolvable.proxy.records import decode as decode_record
 from evolvable.proxy.sessions import SessionManager
 from evolvable.proxy.spool import SpoolReader
-from evolvable.store import Store
+from evolvable.store import RunDocuments, Store
 from evolvable.telemetry.metrics import flush_writer_snapshot
 
 log = logging.getLogger("evolvable.proxy.writer")
@@ -78,11 +79,26 @@ def _close_all(*fds: int) -> None:
 
 @dataclass
 class _Item:
-    """One spool record on its way to the store."""
+    """One spool record on its way to the store: as events, or (`events` None) first as a run's documents."""
 
     payload: bytes
     record: AnyRecord
-    events: list[Event]
+    events: list[Event] | None
+    documents: RunDocuments | None = None
+
+    def fresh_documents(self) -> RunDocuments | None:
+        """The record's run as documents, for one attempt to apply them: governing edits them in place, so a
+        retry makes them again from the payload."""
+        documents, self.documents = self.documents, None
+        return documents if documents is not None else call_documents(decode_record(self.payload))
+
+
+class _CannotConvert(Exception):
+    """A record taken as documents first cannot be made into events either: it is quarantined."""
+
+    def __init__(self, item: _Item, error: Exception) -> None:
+        super().__init__(f"cannot convert: {error.__class__.__name__}: {error}")
+        self.item = item
 
 
 class WriterStats:
@@ -147,8 +163,12 @@ class BackgroundWriter:
         batch_size: int = 256,
         idle_s: float = 0.02,
         deadletter_max_age_s: float = DEFAULT_MAX_AGE_S,
+        documents: bool = True,
     ) -> None:
+        """`documents`: apply calls without a session as documents (`call_documents`) where the governor can govern
+        them so (a `DocumentGovernor`); False makes events of every record."""
         self.reader, self.store, self.governor, self.sessions = reader, store, governor, sessions
+        self.documents = documents and isinstance(governor, DocumentGovernor)
         self.stats = stats
         self.batch_size, self.idle_s = batch_size, idle_s
         self.converter = Converter()
@@ -206,16 +226,21 @@ class BackgroundWriter:
                 if nxt != start:
                     self.reader.save_checkpoint(nxt)
                 return 0
-            items: list[_Item] = []
-            for payload in payloads:
-                try:
-                    rec = decode_record(payload)
-                    items.append(_Item(payload, rec, self.converter.convert(rec) + _versions_named(rec)))
-                except Exception as err:  # a record no fix of the store can apply: quarantined, counted
-                    self._quarantine(payload, f"cannot convert: {err.__class__.__name__}: {err}")
-            self._apply(items)
+            self.apply_batch(payloads)
             self.reader.save_checkpoint(nxt)
             return len(payloads)
+
+    def apply_batch(self, payloads: list[bytes]) -> None:
+        """Apply spool records (what `cycle` read): a record that cannot be decoded or converted is quarantined."""
+        items: list[_Item] = []
+        for payload in payloads:
+            try:
+                rec = decode_record(payload)
+                documents = call_documents(rec) if self.documents else None
+                items.append(_Item(payload, rec, None if documents is not None else self._events_of(rec), documents))
+            except Exception as err:  # a record no fix of the store can apply: quarantined, counted
+                self._quarantine(payload, f"cannot convert: {err.__class__.__name__}: {err}")
+        self._apply(items)
 
     def _apply(self, items: list[_Item]) -> None:
         """Apply items in one transaction; if that fails while the store is healthy, bisect down to the
@@ -224,6 +249,10 @@ class BackgroundWriter:
             return
         try:
             self._apply_together(items)
+            return
+        except _CannotConvert as err:
+            self._quarantine(err.item.payload, str(err))
+            self._apply([item for item in items if item is not err.item])
             return
         except Exception as err:
             if not self._store_healthy():
@@ -236,12 +265,42 @@ class BackgroundWriter:
         self._apply(items[middle:])
 
     def _apply_together(self, items: list[_Item]) -> None:
-        events = [e for item in items for e in item.events]
-        runs = {item.record.trajectory_id: run for item in items if (run := item.record.run()) is not None}
-        governed = self.governor.govern(events, runs)
-        self.store.apply_events(governed)
+        stored_as_documents = self._apply_documents([item for item in items if item.events is None])
+        as_events = [item for item in items if item.events is not None]
+        governed: list[Event] = []
+        if as_events:
+            events = [e for item in as_events for e in item.events or ()]
+            runs = {item.record.trajectory_id: run for item in as_events if (run := item.record.run()) is not None}
+            governed = self.governor.govern(events, runs)
+            self.store.apply_events(governed)
         self._after_apply([item.record for item in items])
-        self.stats.applied(len(items), len(governed))
+        self.stats.applied(len(items), len(governed) + stored_as_documents)
+
+    def _apply_documents(self, items: list[_Item]) -> int:
+        """Govern and store the items' runs as documents, in their own transaction (both paths are idempotent, so
+        a crash between the two replays cleanly); each item neither takes is made into events for the rest of
+        the batch. Returns how many events the stored documents stand for."""
+        if not items:
+            return 0
+        runs = [item.fresh_documents() for item in items]
+        govern = self.governor.govern_documents if isinstance(self.governor, DocumentGovernor) else None
+        governed = govern([run for run in runs if run is not None]) if govern is not None else []
+        by_run = iter(governed)
+        ready = [(item, next(by_run, None) if run is not None else None) for item, run in zip(items, runs, strict=True)]
+        left = {id(run) for run in self.store.apply_runs([run for _, run in ready if run is not None])}
+        stored = 0
+        for item, run in ready:
+            if run is None or id(run) in left:
+                try:
+                    item.events = self._events_of(item.record)
+                except Exception as err:
+                    raise _CannotConvert(item, err) from err
+            else:
+                stored += 1 + len(run.steps)  # (its start and steps)
+        return stored
+
+    def _events_of(self, rec: AnyRecord) -> list[Event]:
+        return self.converter.convert(rec) + _versions_named(rec)
 
     def _retry_or_quarantine(self, item: _Item, first_error: Exception) -> None:
         """A record that failed alone: retried (a passing lock or hiccup), then quarantined."""

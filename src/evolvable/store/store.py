@@ -12,7 +12,8 @@ from pydantic import TypeAdapter, ValidationError
 
 from evolvable.errors import NotFound, ProtocolError, StoreError
 from evolvable.protocol.models import Event, Trajectory, TrajectoryHeader, TrajectoryStatus, events_for, utcnow
-from evolvable.store import ingest, migrate, pg_copy, reads
+from evolvable.store import documents, ingest, migrate, pg_copy, reads
+from evolvable.store.documents import RunDocuments
 from evolvable.store.engine import WRITE_OPTIONS, create_engine, redacted
 from evolvable.store.filters import TrajectoryFilter, decode_cursor, encode_cursor
 from evolvable.store.rows import assemble, header_from_row
@@ -97,6 +98,17 @@ class Store:
                 return ingest.apply(conn, parsed)
         except sa.exc.SQLAlchemyError as err:
             raise StoreError(f"writing {len(parsed)} events failed: {err.__class__.__name__}: {err}") from err
+
+    def apply_runs(self, runs: Sequence[RunDocuments]) -> list[RunDocuments]:
+        """Store finished runs given as documents, in one transaction; returns those to apply as events instead
+        (stored already, purged, or claimed: see `documents`)."""
+        if not runs:
+            return []
+        try:
+            with self._writer.begin() as conn:
+                return documents.apply_runs(conn, runs)
+        except sa.exc.SQLAlchemyError as err:
+            raise StoreError(f"writing {len(runs)} runs failed: {err.__class__.__name__}: {err}") from err
 
     def put_trajectory(self, trajectory: Trajectory) -> None:
         """Store a whole trajectory (idempotent: its event ids derive from its ids)."""

@@ -52,6 +52,7 @@ from evolvable.protocol.models import (
     TrajectoryStarted,
     VersionsNamed,
 )
+from evolvable.store.documents import RunDocuments
 
 log = logging.getLogger("evolvable.governance.redaction")
 
@@ -139,6 +140,15 @@ class EventRedactor:
             data = dict(identifiers)
             _identifiers(data, tuple(data), _Scrubber())
         return data
+
+    def redact_run(self, run: RunDocuments) -> None:
+        """Redacts a finished run given as documents (`store.RunDocuments`), in place: the same engine calls, in the
+        same order and with the trajectory's same placeholder map, as `redact_events` makes on its start and step
+        events (tested against them). Raises where that would fail closed: the caller then takes those events."""
+        placeholders = self.placeholders_for(run.trajectory_id)
+        _header(run.header, _EngineRedactor(self.engine, placeholders, self.tokenizers))
+        for step in run.steps:
+            _step(step, _EngineRedactor(self.engine, placeholders, self.tokenizers))
 
     def placeholders_for(self, trajectory_id: str) -> PlaceholderMap:
         with self._lock:
