@@ -332,3 +332,24 @@ def test_a_run_handed_back_that_cannot_be_converted_is_quarantined_alone(tmp_pat
     (entry,) = writer.deadletter.entries()
     assert entry.trajectory_id == "traj_p3"
     assert "cannot convert: ValueError: no events for this one" in entry.error
+
+
+def test_a_governor_returning_fewer_runs_never_misattributes_one(tmp_path: Path) -> None:
+    """A governor that loses a run from a batch: nothing is stored under another record's trajectory; the records
+    go to the dead-letter queue (kept, with the error), as any record the governor fails on alone does."""
+
+    class LosesOne(PassThroughGovernor):
+        def govern_documents(self, runs: Any) -> list[Any]:
+            return list(runs)[1:]
+
+    store = Store.open(f"sqlite:///{tmp_path / 'l.db'}")
+    writer = BackgroundWriter(SpoolReader(tmp_path / "spool"), store, LosesOne(), SessionManager(store), WriterStats())
+    writer.poison_retry_delays_s = ()
+    rng = random.Random(4)
+    with store:
+        writer.apply_batch([encode(_personal_record(rng, i)) for i in range(4)])
+        with store.engine.connect() as conn:
+            stored = list(conn.execute(sa.text("SELECT trajectory_id, step_id FROM steps")))
+    assert stored == []
+    assert sorted(e.trajectory_id for e in writer.deadletter.entries()) == [f"traj_p{i}" for i in range(4)]
+    assert all("returned 0 runs for 1" in e.error for e in writer.deadletter.entries())

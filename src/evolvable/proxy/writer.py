@@ -1,5 +1,9 @@
 """The background writer: spool -> ATDP events -> governor -> store -> checkpoint, in batches.
 
+A call without a session, the common record, skips the events: it goes as its run's documents (`call_documents`,
+`Governor.govern_documents`, `Store.apply_runs`), which store the same rows at less CPU; whatever that path cannot
+take is made into events in the same batch.
+
 By default it runs in its own (forked, lower-priority) process: conversion, governance (redaction is
 CPU-heavy) and database writes then never compete with the request path for the GIL, and under CPU
 pressure the OS serves requests first while the spool absorbs the backlog on disk. `writer_mode:
@@ -283,10 +287,12 @@ class BackgroundWriter:
         if not items:
             return 0
         runs = [item.fresh_documents() for item in items]
-        govern = self.governor.govern_documents if isinstance(self.governor, DocumentGovernor) else None
-        governed = govern([run for run in runs if run is not None]) if govern is not None else []
+        given = [run for run in runs if run is not None]
+        governed = self.governor.govern_documents(given) if isinstance(self.governor, DocumentGovernor) else []
+        if len(governed) != len(given):  # (a run misattributed to another record would be worse than a retry)
+            raise RuntimeError(f"the governor returned {len(governed)} runs for {len(given)}")
         by_run = iter(governed)
-        ready = [(item, next(by_run, None) if run is not None else None) for item, run in zip(items, runs, strict=True)]
+        ready = [(item, next(by_run) if run is not None else None) for item, run in zip(items, runs, strict=True)]
         left = {id(run) for run in self.store.apply_runs([run for _, run in ready if run is not None])}
         stored = 0
         for item, run in ready:
