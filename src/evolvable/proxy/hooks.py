@@ -14,10 +14,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from evolvable.protocol.models import Event, RunCapture
-from evolvable.store import RunDocuments
+
+if TYPE_CHECKING:
+    from evolvable.store import RunDocuments
 
 
 class Role(StrEnum):
