@@ -33,20 +33,22 @@ def call_documents(rec: AnyRecord) -> RunDocuments | None:
     """The run of a call without a session as documents, or None where `Converter.convert` must make its events."""
     if type(rec) is not CallRecord or rec.session_id is not None or rec.error or rec.sse_wire is not None:
         return None
-    if rec.endpoint != "chat" or not rec.started:
+    started = rec.started
+    if rec.endpoint != "chat" or not started:
         return None
     try:
-        step = _llm_call(rec)
+        step = _llm_call(rec, started)
     except (_NotPlain, TypeError, ValueError, KeyError, AttributeError):
         return None
-    header = _header(rec, step)
+    header = _header(rec, rec.at or started, step)
     # (A record from before records named their run: the governor goes by the start event in its batch, this header.)
     run = rec.run() or RunCapture(header["agent"], rec.capture)
     return RunDocuments(header=header, steps=[step], run=run)
 
 
-def _llm_call(rec: CallRecord) -> dict[str, Any]:
-    """The `LLMCallStep` `capture.build_llm_step` makes of the record, as its `model_dump()`."""
+def _llm_call(rec: CallRecord, started: float) -> dict[str, Any]:
+    """The `LLMCallStep` `capture.build_llm_step` makes of the record (`started`: its start, never 0), as its
+    `model_dump()`."""
     req = rec.request
     reply = rec.reply
     if reply is None and rec.sse is not None:
@@ -56,7 +58,6 @@ def _llm_call(rec: CallRecord) -> dict[str, Any]:
     latency, ttft = rec.latency_ms, rec.ttft_ms
     _check_non_negative(latency)
     _check_non_negative(ttft)
-    started = datetime.fromtimestamp(rec.started or 0.0, UTC)
     injected = set(rec.injected)
     metadata: dict[str, Any] = {k: v for k, v in (("upstream", rec.upstream), ("client_model", rec.client_model)) if v}
     if rec.wire:
@@ -72,8 +73,8 @@ def _llm_call(rec: CallRecord) -> dict[str, Any]:
         "id": llm_step_id(rec.request_id),
         "agent": _optional_str(rec.agent),
         "parent_step_id": None,
-        "started_at": started,
-        "ended_at": datetime.fromtimestamp(rec.started + latency / 1000.0, UTC) if rec.started and latency else None,
+        "started_at": datetime.fromtimestamp(started, UTC),
+        "ended_at": datetime.fromtimestamp(started + latency / 1000.0, UTC) if latency else None,
         "metadata": metadata,
         "kind": "llm_call",
         "endpoint": "chat",
@@ -97,9 +98,9 @@ def _llm_call(rec: CallRecord) -> dict[str, Any]:
     return step
 
 
-def _header(rec: CallRecord, step: dict[str, Any]) -> dict[str, Any]:
-    """The `TrajectoryHeader` of the run, as `records.run_started` makes it for a call without a session."""
-    started_at = rec.at or rec.started
+def _header(rec: CallRecord, started_at: float, step: dict[str, Any]) -> dict[str, Any]:
+    """The `TrajectoryHeader` of the run, as `records.run_started` makes it for a call without a session
+    (`started_at`: the record's time, never 0)."""
     return {
         "schema_version": SCHEMA_VERSION,
         "id": rec.trajectory_id,
@@ -112,8 +113,8 @@ def _header(rec: CallRecord, step: dict[str, Any]) -> dict[str, Any]:
         "task_input": None,
         "status": TrajectoryStatus.completed,
         "capture": rec.capture,
-        "started_at": datetime.fromtimestamp(started_at, UTC) if started_at else step["started_at"],
-        "ended_at": step["ended_at"] or datetime.fromtimestamp(started_at or 0.0, UTC),
+        "started_at": datetime.fromtimestamp(started_at, UTC),
+        "ended_at": step["ended_at"] or datetime.fromtimestamp(started_at, UTC),
         "metadata": {"session": "none"},
     }
 

@@ -172,7 +172,7 @@ class BackgroundWriter:
         """`documents`: apply calls without a session as documents (`call_documents`) where the governor can govern
         them so (a `DocumentGovernor`); False makes events of every record."""
         self.reader, self.store, self.governor, self.sessions = reader, store, governor, sessions
-        self.documents = documents and isinstance(governor, DocumentGovernor)
+        self.document_governor = governor if documents and isinstance(governor, DocumentGovernor) else None
         self.stats = stats
         self.batch_size, self.idle_s = batch_size, idle_s
         self.converter = Converter()
@@ -240,7 +240,7 @@ class BackgroundWriter:
         for payload in payloads:
             try:
                 rec = decode_record(payload)
-                documents = call_documents(rec) if self.documents else None
+                documents = call_documents(rec) if self.document_governor is not None else None
                 items.append(_Item(payload, rec, None if documents is not None else self._events_of(rec), documents))
             except Exception as err:  # a record no fix of the store can apply: quarantined, counted
                 self._quarantine(payload, f"cannot convert: {err.__class__.__name__}: {err}")
@@ -288,7 +288,8 @@ class BackgroundWriter:
             return 0
         runs = [item.fresh_documents() for item in items]
         given = [run for run in runs if run is not None]
-        governed = self.governor.govern_documents(given) if isinstance(self.governor, DocumentGovernor) else []
+        assert self.document_governor is not None  # (items wait as documents only when there is one)
+        governed = self.document_governor.govern_documents(given)
         if len(governed) != len(given):  # (a run misattributed to another record would be worse than a retry)
             raise RuntimeError(f"the governor returned {len(governed)} runs for {len(given)}")
         by_run = iter(governed)

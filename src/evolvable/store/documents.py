@@ -146,11 +146,9 @@ def _insert(
     # PostgreSQL: ON CONFLICT DO NOTHING, so a writer sharing the database that stored one of these meanwhile
     # (the same rows: ids derive from the record) is not an error.
     statements = ingest._statements(conn.dialect.name)
-    conn.execute(_pg_insert_ledger(), [dict(zip(ingest._LEDGER_COLUMNS, row, strict=True)) for row in ledger])
+    conn.execute(
+        statements["insert_applied_events"], [dict(zip(ingest._LEDGER_COLUMNS, row, strict=True)) for row in ledger]
+    )
     conn.execute(statements["insert_trajectories"], [dict(zip(_HEADER_ROW_COLUMNS, r, strict=True)) for r in headers])
     if step_rows:
         conn.execute(statements["insert_steps"], [dict(zip(STEP_COLUMNS, row, strict=True)) for row in step_rows])
-
-
-def _pg_insert_ledger() -> Any:
-    return ingest._dialect_insert("postgresql", applied_events).on_conflict_do_nothing()

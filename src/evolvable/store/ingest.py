@@ -69,6 +69,7 @@ def _statements(dialect: str) -> dict[str, Any]:
         "insert_steps": insert(steps).on_conflict_do_nothing(),
         "insert_signals": insert(signals).on_conflict_do_nothing(),
         "insert_trajectories": insert(trajectories).on_conflict_do_nothing(),
+        "insert_applied_events": insert(applied_events).on_conflict_do_nothing(),
         "insert_headers": insert(trajectories).on_conflict_do_nothing().returning(t.id),
         # FOR KEY SHARE on PostgreSQL (the lock a foreign key check takes; there is none, see migration 0005):
         # a purge cannot delete a trajectory while a batch appends to it, so no child outlives its parent.
